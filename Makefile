@@ -1,0 +1,45 @@
+# harness: `make help` lists the targets. Each target creates .venv with the pinned
+# dependencies (requirements.txt) on first use.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= python3
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+SWEEP ?=
+REPORTS ?= reports
+# The default study: GPipe vs 1F1B x pp 2,4 x M 2..16, emulated compute (conf/experiment/study.yaml).
+SWEEP_ARGS ?= experiment=study
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	@touch $@
+
+.PHONY: help venv sweep report test test-fast bench clean
+help: ## Show this help
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed ## Create .venv and install the pinned dependencies
+
+sweep: venv ## Run the default study on CPU (gloo, wandb offline), then its report
+	$(PY) -m harness -m $(SWEEP_ARGS)
+	$(PY) -m harness.report --out $(REPORTS)
+
+report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports/<sweep>/
+	$(PY) -m harness.report $(SWEEP) --out $(REPORTS)
+
+test: venv ## Unit, multi-process (gloo) and end-to-end sweep tests
+	$(PY) -m pytest -q -m "not bench"
+
+test-fast: venv ## Pure unit tests only (seconds)
+	$(PY) -m pytest -q -m "not dist and not sweep and not bench and not gpu"
+
+bench: venv ## Benchmarks with timing on (pytest-benchmark)
+	$(PY) -m pytest -q -m bench --benchmark-enable --benchmark-autosave
+
+clean: ## Remove runs/ and caches (keeps .venv and reports/)
+	rm -rf runs .pytest_cache .benchmarks
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""harness: an experiment-sweep benchmarking harness for pipeline parallelism."""

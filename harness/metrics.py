@@ -1,0 +1,116 @@
+"""Trace -> measured metrics, with theory and simulation beside them (DESIGN.md sec. 4).
+
+Step window: earliest pipeline-compute start to latest pipeline-compute end of the step
+over all ranks. Bubble of a rank: 1 - its compute time in the window / window length.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from harness import theory
+from harness.plan import Plan
+from harness.schedules.ir import Kind
+from harness.simulate.cost import CostModel
+from harness.simulate.engine import simulate
+from harness.trace import Trace, events_of_step, step_numbers
+
+
+def window(trace: Trace) -> tuple[float, float]:
+    ev = [e for e in trace if e.in_window]
+    return min(e.start for e in ev), max(e.end for e in ev)
+
+
+def bubble_per_rank(step_trace: Trace, ranks: int) -> list[float]:
+    """Idle fraction of each rank over one step's window."""
+    t0, t1 = window(step_trace)
+    busy = [0.0] * ranks
+    for e in step_trace:
+        if e.in_window:
+            busy[e.rank] += e.dur
+    return [1.0 - b / (t1 - t0) for b in busy]
+
+
+def step_time(step_trace: Trace) -> float:
+    """Whole step, optimizer included: first event start to last event end, any rank."""
+    return max(e.end for e in step_trace) - min(e.start for e in step_trace)
+
+
+def mean_costs(trace: Trace, stages: int) -> dict[str, list[float]]:
+    """Measured mean seconds per stage and action kind, over the trace's compute actions."""
+    acc: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for e in trace:
+        if e.in_window:
+            acc[(e.kind, e.stage)].append(e.dur)
+    return {k: [statistics.fmean(acc[(k, s)]) if acc[(k, s)] else 0.0 for s in range(stages)]
+            for k in {k for k, _ in acc}}
+
+
+def hop_latency(trace: Trace) -> float | None:
+    """Median seconds from a producer's compute end to its consumer's compute start, over
+    the messages whose receiver was already waiting (so the gap is all communication:
+    posting the send, the transfer, waking the receiver). None if there were none."""
+    compute = {(e.step, e.name): e for e in trace if e.in_window}
+    recv_start = {(e.step, e.name[5:]): e.start for e in trace if e.kind == "recv"}
+    gaps = []
+    for (step, name), consumer in compute.items():
+        s, mb = consumer.stage, consumer.microbatch
+        if consumer.kind == "F":
+            producer = compute.get((step, f"{s - 1}F{mb}"))
+        else:
+            producer = compute.get((step, f"{s + 1}B{mb}")) or compute.get((step, f"{s + 1}I{mb}"))
+        posted = recv_start.get((step, name))
+        if producer and posted is not None and posted <= producer.end:
+            gaps.append(consumer.start - producer.end)
+    return statistics.median(gaps) if gaps else None
+
+
+def simulated_bubble(plan: Plan, measured: Trace) -> float:
+    """The simulator fed with this run's own measured mean op costs per stage and kind, and
+    its measured hop latency (or, with none measured, comm.latency_s + bytes / bandwidth)."""
+    stages = len(plan.stage_layers)
+    costs = mean_costs(measured, stages)
+    c = plan.config
+    hop = hop_latency(measured)
+    nbytes = 4 * c.microbatch_size * c.model.hidden  # fp32 activation between layers
+    model = CostModel(fwd_s=tuple(costs.get("F", [0.0] * stages)), bwd_s=tuple(costs.get("B", [0.0] * stages)),
+                      input_grad_s=tuple(costs["I"]) if "I" in costs else None,
+                      weight_grad_s=tuple(costs["W"]) if "W" in costs else None,
+                      p2p_latency_s=c.comm.latency_s if hop is None else hop,
+                      p2p_bandwidth_Bps=c.comm.bandwidth_Bps if hop is None else float("inf"),
+                      message_bytes=(nbytes,) * stages)
+    sim = simulate(plan.schedule, model)
+    return statistics.fmean(bubble_per_rank(sim, c.pp))
+
+
+def compute_metrics(plan: Plan, trace: Trace, losses: list[float]) -> dict:
+    c = plan.config
+    measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
+    per_step = [bubble_per_rank(events_of_step(trace, s), c.pp) for s in measured_steps]
+    per_stage = [statistics.fmean(b[r] for b in per_step) for r in range(c.pp)]
+    times = [step_time(events_of_step(trace, s)) for s in measured_steps]
+    measured_trace = [e for e in trace if e.step >= c.warmup_steps]
+    st = statistics.median(times)
+    return {
+        "step_time_s": st,
+        "step_times_s": times,
+        "throughput_samples_s": c.microbatches * c.microbatch_size * c.dp / st,
+        "losses": losses,
+        "bubble": {
+            "theory": theory.bubble_fraction(c.schedule.name, c.pp, c.microbatches),
+            "simulated": simulated_bubble(plan, measured_trace),
+            "measured": statistics.fmean(per_stage),
+            "measured_per_stage": per_stage,
+            "measured_per_step": [statistics.fmean(b) for b in per_step],
+        },
+        "memory": {
+            "peak_activation_bytes_per_stage": None,  # measured by the memory meter (not yet)
+            "theory_peak_microbatches_per_stage": [
+                theory.peak_inflight_microbatches(c.schedule.name, c.pp, c.microbatches, r) for r in range(c.pp)],
+            "activation_bytes_per_microbatch_per_stage": None,
+        },
+        "p2p_hop_s": hop_latency(measured_trace),
+        "mean_op_s": {k: v for k, v in mean_costs(measured_trace, len(plan.stage_layers)).items()
+                      if k in {x.value for x in Kind}},
+    }

@@ -1,0 +1,44 @@
+"""mlp: a stack of identical Linear + GELU layers on synthetic regression data.
+
+Layer i is initialised from its own seed (seed, i), so a rank builds only its stage's
+layers and the stages together equal the single-process model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.config import ModelConfig
+
+
+class MLP:
+    def __init__(self, cfg: ModelConfig):
+        self.cfg = cfg
+
+    @property
+    def num_layers(self) -> int:
+        return self.cfg.layers
+
+    def build_layers(self, start: int, end: int, seed: int) -> nn.Sequential:
+        """Layers [start, end) of the model, each from its own generator."""
+        layers = []
+        for i in range(start, end):
+            torch.manual_seed(seed * 1_000_003 + i)
+            layers.append(nn.Sequential(nn.Linear(self.cfg.hidden, self.cfg.hidden), nn.GELU()))
+        return nn.Sequential(*layers)
+
+    def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of one step's global batch: [samples, hidden] each."""
+        g = torch.Generator().manual_seed(seed * 7919 + step + 1)
+        x = torch.randn(samples, self.cfg.hidden, generator=g)
+        y = torch.randn(samples, self.cfg.hidden, generator=g)
+        return x, y
+
+    def activation_shape(self, microbatch_size: int) -> tuple[int, ...]:
+        """Shape of the tensor between any two layers, for one microbatch."""
+        return (microbatch_size, self.cfg.hidden)
+
+    @staticmethod
+    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(output, target)

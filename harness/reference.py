@@ -1,0 +1,28 @@
+"""Single-process full-batch reference: the same model, seed, data and optimizer as a
+pipeline run, with no pipeline. Every schedule must reproduce its losses and gradients."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.config import Config
+from harness.model import get_model
+
+
+def reference_losses(c: Config) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Losses of every step (warm-up included) and the last step's gradients by
+    parameter name ("layer.param") of one process running the whole global batch."""
+    torch.set_num_threads(1)
+    model = get_model(c.model)
+    net = model.build_layers(0, model.num_layers, seed=c.seed)
+    opt = torch.optim.SGD(net.parameters(), lr=c.lr)
+    losses, grads = [], {}
+    for step in range(c.warmup_steps + c.steps):
+        x, y = model.batch(c.seed, step, c.microbatches * c.microbatch_size)
+        loss = model.loss(net(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        grads = {n: p.grad.clone() for n, p in net.named_parameters()}
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return losses, grads

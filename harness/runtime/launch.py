@@ -1,0 +1,76 @@
+"""Spawn one process per rank, collect what they report, and always clean them up."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+from dataclasses import dataclass
+
+import torch.multiprocessing as mp
+
+from harness.plan import Plan
+from harness.runtime.worker import worker_main
+
+
+class WorkerError(RuntimeError):
+    """A rank failed, died or timed out; str() names the rank and the first error."""
+
+
+@dataclass
+class RankReport:
+    rank: int
+    events: list[tuple]
+    losses: list[float] | None
+    cuda_max_memory_allocated: int | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_native(plan: Plan) -> list[RankReport]:
+    """Runs the plan on plan.world spawned ranks; raises WorkerError on the first failure."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker_main, args=(r, port, plan, results), daemon=True)
+             for r in range(plan.world)]
+    reports: dict[int, RankReport] = {}
+    deadline = time.monotonic() + plan.config.timeout_s
+    try:
+        for p in procs:
+            p.start()
+        while len(reports) < plan.world:
+            try:
+                rank, status, payload = results.get(timeout=0.2)
+            except queue.Empty:
+                for r, p in enumerate(procs):
+                    if r not in reports and p.exitcode is not None:
+                        # a clean exit puts its report first; drain before calling it dead
+                        time.sleep(0.2)
+                        if results.empty():
+                            raise WorkerError(f"rank {r} died (exit code {p.exitcode})") from None
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(plan.world)) - set(reports))
+                    raise WorkerError(f"timeout_s={plan.config.timeout_s} passed; ranks {missing} "
+                                      "still running") from None
+                continue
+            if status != "ok":
+                raise WorkerError(f"rank {rank}: {payload}")
+            reports[rank] = RankReport(rank, payload["events"], payload["losses"],
+                                       payload.get("cuda_max_memory_allocated"))
+    finally:
+        for p in procs:
+            p.join(timeout=5 if len(reports) == plan.world else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+    return [reports[r] for r in range(plan.world)]

@@ -1,0 +1,49 @@
+"""Worker process: one pipeline rank. Builds its stage, runs every step, reports back."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from datetime import timedelta
+from multiprocessing.queues import Queue
+
+import torch
+import torch.distributed as dist
+
+from harness.plan import Plan
+from harness.runtime.executor import StageRunner
+from harness.runtime.faults import maybe_inject, parse_fault
+
+
+def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
+    """Entry point of a spawned rank. Puts (rank, "ok", payload) or (rank, "error", line)."""
+    torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
+    c = plan.config
+    try:
+        if plan.device == "cuda":
+            device = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+        else:
+            device = torch.device("cpu")
+        dist.init_process_group(plan.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=plan.world, timeout=timedelta(seconds=c.timeout_s))
+        runner = StageRunner(rank, plan, device)
+        fault = parse_fault(c.fault)
+        losses, events = [], []
+        for step in range(c.warmup_steps + c.steps):
+            maybe_inject(fault, rank, step)
+            dist.barrier()  # every rank starts the step together; not inside the window
+            losses.append(runner.run_step(step))
+            events += runner.take_events()
+        payload = {"events": events, "losses": losses if losses[0] is not None else None}
+        if device.type == "cuda":
+            payload["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
+        results.put((rank, "ok", payload))
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
+        where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+        at = f" ({os.path.basename(where.filename)}:{where.lineno})" if where else ""
+        results.put((rank, "error", f"{type(e).__name__}: {e}{at}".replace("\n", " ")))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

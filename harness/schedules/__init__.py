@@ -1,0 +1,1 @@
+"""Pure schedules: the Action IR, one builder per schedule, validation."""

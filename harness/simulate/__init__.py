@@ -1,0 +1,1 @@
+"""Pure: a typed cost model and a discrete-event simulator of any valid schedule."""

@@ -1,0 +1,40 @@
+"""Typed cost model: what each action and each message costs, in seconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.schedules.ir import Action, Kind
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-stage op costs and a point-to-point cost of latency + bytes / bandwidth.
+
+    I and W default to half of B each (a split backward does the same work as B)."""
+
+    fwd_s: tuple[float, ...]  # [stage] forward seconds per microbatch
+    bwd_s: tuple[float, ...]  # [stage] full backward seconds per microbatch
+    input_grad_s: tuple[float, ...] | None = None  # [stage] I seconds; default bwd / 2
+    weight_grad_s: tuple[float, ...] | None = None  # [stage] W seconds; default bwd / 2
+    p2p_latency_s: float = 0.0
+    p2p_bandwidth_Bps: float = float("inf")
+    message_bytes: tuple[int, ...] = field(default=())  # [stage] bytes of its output message
+
+    @classmethod
+    def uniform(cls, stages: int, fwd_s: float = 1.0, bwd_s: float = 2.0) -> "CostModel":
+        return cls(fwd_s=(fwd_s,) * stages, bwd_s=(bwd_s,) * stages)
+
+    def compute(self, a: Action) -> float:
+        if a.kind is Kind.F:
+            return self.fwd_s[a.stage]
+        if a.kind is Kind.B:
+            return self.bwd_s[a.stage]
+        if a.kind is Kind.I:
+            return (self.input_grad_s or tuple(b / 2 for b in self.bwd_s))[a.stage]
+        return (self.weight_grad_s or tuple(b / 2 for b in self.bwd_s))[a.stage]
+
+    def p2p(self, from_stage: int) -> float:
+        """Seconds for the message that leaves `from_stage` (activation or gradient)."""
+        nbytes = self.message_bytes[from_stage] if self.message_bytes else 0
+        return self.p2p_latency_s + nbytes / self.p2p_bandwidth_Bps

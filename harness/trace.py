@@ -1,0 +1,51 @@
+"""The Trace: timed events of each step, per rank, the same type from every executor.
+
+Times are seconds on one clock shared by all ranks of the run (time.perf_counter_ns is
+CLOCK_MONOTONIC on Linux, so processes of one host agree), relative to the run's origin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# Categories as in trace.json: compute (F/B/I/W and the optimizer), comm (sends posted),
+# wait (blocked in a receive).
+COMPUTE, COMM, WAIT = "compute", "comm", "wait"
+# Kinds that are pipeline compute; "optim" is compute but outside the step window.
+PIPELINE_KINDS = frozenset("FBIW")
+
+
+@dataclass(frozen=True)
+class Event:
+    rank: int
+    step: int
+    name: str  # action string ("2F0") or what it is ("recv 1F0", "optim")
+    cat: str  # COMPUTE | COMM | WAIT
+    kind: str  # F B I W | send | recv | optim
+    stage: int  # -1 when not a stage's action
+    microbatch: int  # -1 when not a microbatch's action
+    start: float  # s
+    end: float  # s
+
+    @property
+    def dur(self) -> float:
+        return self.end - self.start
+
+    @property
+    def in_window(self) -> bool:
+        """A pipeline compute action: what the step window and the bubble are made of."""
+        return self.cat == COMPUTE and self.kind in PIPELINE_KINDS
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+Trace = list[Event]
+
+
+def events_of_step(trace: Trace, step: int) -> Trace:
+    return [e for e in trace if e.step == step]
+
+
+def step_numbers(trace: Trace) -> list[int]:
+    return sorted({e.step for e in trace})

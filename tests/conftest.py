@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import pytest
+
+from harness.config import Config
+
+
+@pytest.fixture
+def config():
+    """A small, fast job: fp32 mlp, wandb off. Tests override what they study."""
+
+    def make(**overrides) -> Config:
+        c = Config()
+        c.wandb.mode = "disabled"
+        c.model.layers, c.model.hidden = 8, 32
+        c.steps, c.warmup_steps = 3, 1
+        c.timeout_s = 120
+        for key, value in overrides.items():
+            target = c
+            *path, leaf = key.split(".")
+            for part in path:
+                target = getattr(target, part)
+            setattr(target, leaf, value)
+        return c
+
+    return make

@@ -1,0 +1,84 @@
+"""Bad input: one line naming the key, the value and what is allowed, before any worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import check_groups
+from harness.config import ConfigError, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({"pp": 0}, "pp=0: must be an integer >= 1"),
+    ({"microbatches": 0}, "microbatches=0: must be an integer >= 1"),
+    ({"microbatch_size": -2}, "microbatch_size=-2: must be an integer >= 1"),
+    ({"steps": 0}, "steps=0: must be an integer >= 1"),
+    ({"warmup_steps": -1}, "warmup_steps=-1: must be an integer >= 0"),
+    ({"model.layers": 0}, "model.layers=0: must be an integer >= 1"),
+    ({"model.hidden": -1}, "model.hidden=-1: must be an integer >= 1"),
+    ({"pp": 9}, "pp=9: more stages than model.layers=8"),
+    ({"schedule.name": "zbv"}, "schedule=zbv: not supported yet (supported: gpipe, 1f1b)"),
+    ({"schedule.name": "bogus"}, "schedule=bogus: unknown (allowed: gpipe, 1f1b)"),
+    ({"model.name": "resnet"}, "model=resnet: unknown (allowed: mlp)"),
+    ({"partition.name": "params"}, "partition=params: not supported yet"),
+    ({"executor": "pytorch"}, "executor=pytorch: not supported yet (supported: native)"),
+    ({"executor": "tpu"}, "executor=tpu: unknown"),
+    ({"compute": "fake"}, "compute=fake: unknown (allowed: real, emulated)"),
+    ({"device": "tpu"}, "device=tpu: unknown (allowed: cpu, cuda, auto)"),
+    ({"device": "cuda"}, "device=cuda: pp x dp = 4 ranks need 4 CUDA devices, found 0"),
+    ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
+    ({"dp": 2}, "dp=2: not supported yet (supported: 1)"),
+    ({"virtual_stages": 2}, "virtual_stages=2: not supported yet (supported: 1)"),
+    ({"checkpointing": True}, "checkpointing=True: not supported yet"),
+    ({"lr": 0.0}, "lr=0.0: must be > 0"),
+    ({"timeout_s": 0.0}, "timeout_s=0.0: must be > 0"),
+    ({"max_processes": 2}, "pp=4 x dp=1: 4 processes, more than max_processes=2"),
+    ({"fault": "explode@rank0"}, "fault=explode@rank0: expected KIND@rankR,stepS"),
+    ({"fault": "raise@rank7,step0"}, "fault=raise@rank7,step0: rank or step outside this run"),
+])
+def test_bad_input_is_one_clear_line(config, overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        validate(config(**overrides))
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_default_config_is_valid(config):
+    validate(config())
+
+
+def test_group_choices_are_checked_before_hydra():
+    assert check_groups(["schedule=gpipe,1f1b", "pp=2"]) is None
+    assert check_groups(["schedule=gpipe,nope"]) == "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, " \
+        "gpipe, interleaved_1f1b, zb_h1, zbv)"
+    assert check_groups(["model=gpt2"]).startswith("model=gpt2: unknown (allowed: mlp")
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness", *args, "wandb.mode=disabled"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["pp=0"], "pp=0: must be an integer >= 1"),
+    (["microbatches=0"], "microbatches=0"),
+    (["microbatch_size=-1"], "microbatch_size=-1"),
+    (["schedule=nope"], "schedule=nope: unknown"),
+    (["model=nope"], "model=nope: unknown"),
+    (["pp=12"], "pp=12: more stages than model.layers=8"),
+])
+def test_cli_refuses_bad_input_in_one_line_without_workers(tmp_path, args, expected):
+    p = run_cli(*args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert p.returncode == 2
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, p.stderr
+    assert expected in lines[0] and "Traceback" not in p.stderr
+    assert not (tmp_path / "run" / "trace.json").exists()  # no worker ran

@@ -1,0 +1,63 @@
+"""dist: real gloo multi-process runs against the single-process full-batch reference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.job import run_job
+from harness.reference import reference_losses
+
+pytestmark = pytest.mark.dist
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_losses_equal_single_process_reference(tmp_path, config, schedule, pp):
+    c = config(pp=pp, microbatches=4, microbatch_size=3, compute="real", **{"schedule.name": schedule})
+    result = run_job(c, tmp_path, "test", "equal")
+    assert result["status"] == "ok", result["error"]
+    got = result["metrics"]["losses"]
+    want, _ = reference_losses(c)
+    assert len(got) == c.warmup_steps + c.steps
+    assert got == pytest.approx(want, rel=1e-5)
+    assert len(set(round(x, 6) for x in got)) > 1  # SGD moved the model: later steps were checked too
+    on_disk = json.loads((tmp_path / "result.json").read_text())
+    assert on_disk["metrics"]["losses"] == got
+    for name in ("trace.json", "gantt.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_emulated_bubble_matches_closed_form(tmp_path, config, schedule):
+    """Equal stages of 20 ms forward, 40 ms backward, pp=4, M=8: (N-1)/(M+N-1) = 3/11."""
+    c = config(pp=4, microbatches=8, compute="emulated", steps=2, **{"schedule.name": schedule,
+               "cost.fwd_ms_per_layer": 10.0, "model.layers": 8})
+    result = run_job(c, tmp_path, "test", "bubble")
+    assert result["status"] == "ok", result["error"]
+    b = result["metrics"]["bubble"]
+    assert b["theory"] == pytest.approx(3 / 11)
+    assert abs(b["measured"] - 3 / 11) < 0.03, b
+    assert len(b["measured_per_stage"]) == 4
+    assert abs(b["simulated"] - 3 / 11) < 0.03, b
+    # every rank computed for real: 8 F and 8 B per measured step
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    for rank in range(4):
+        names = [e["name"] for e in trace if e.get("tid") == rank and e.get("cat") == "compute"
+                 and e["args"]["step"] == c.warmup_steps]
+        assert sum(n[1] == "F" for n in names) == 8 and sum(n[1] == "B" for n in names) == 8
+
+
+@pytest.mark.parametrize("fault", ["raise@rank1,step1", "kill@rank0,step2", "hang@rank1,step0"])
+def test_a_failing_rank_fails_the_job_and_leaves_no_process(tmp_path, config, fault):
+    """A rank that raises, dies or hangs: the job records `failed` naming the rank, and no
+    worker process outlives it."""
+    import multiprocessing
+
+    c = config(pp=2, microbatches=2, fault=fault, timeout_s=8.0 if fault.startswith("hang") else 60.0)
+    result = run_job(c, tmp_path, "test", "fault")
+    assert result["status"] == "failed"
+    assert result["error"].startswith("rank ") or "timeout_s" in result["error"], result["error"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+    assert multiprocessing.active_children() == []

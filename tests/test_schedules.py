@@ -1,0 +1,81 @@
+"""Unit: builders and the validator (pure, fast)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import theory
+from harness.schedules.builders import BUILDERS, build
+from harness.schedules.ir import Action, Kind
+from harness.schedules.validate import ScheduleError, validate
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_every_builder_is_valid_over_the_grid(name):
+    for n in range(1, 9):
+        for m in range(1, 33):
+            validate(build(name, n, m), n, m)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_in_flight_microbatches_match_theory(name):
+    """Count, on each rank, forwards done minus backwards done at its peak."""
+    for n in range(1, 7):
+        for m in range(1, 17):
+            for rank, acts in build(name, n, m).items():
+                live = peak = 0
+                for a in acts:
+                    live += 1 if a.kind is Kind.F else -1
+                    peak = max(peak, live)
+                assert peak == theory.peak_inflight_microbatches(name, n, m, rank), (name, n, m, rank)
+
+
+def test_action_string_form_round_trips():
+    for text in ("2F0", "0B3", "1I2", "1W2", "12F107"):
+        assert str(Action.parse(text)) == text
+    with pytest.raises(ValueError):
+        Action.parse("F0")
+
+
+def A(text: str) -> Action:
+    return Action.parse(text)
+
+
+@pytest.mark.parametrize("schedule,message,marked", [
+    ({0: [A("0B0"), A("0F0")]}, "0B0 comes before its 0F0", "[0B0]"),
+    ({0: [A("0F0"), A("0F0"), A("0B0")]}, "0F0 appears twice", "[0F0]"),
+    ({0: [A("0F0")]}, "backward of stage 0 microbatch 0 is missing", None),
+    ({0: [A("0F0"), A("0B0"), A("0F1")]}, "backward of stage 0 microbatch 1 is missing", None),
+    ({0: [A("0F0"), A("0B0")]}, "0F1 is missing", None),
+    ({0: [A("0F0"), A("0B0"), A("0F5"), A("0B5")]}, "outside", "[0F5]"),
+    # rank 1 waits for a gradient rank 0 can only send after rank 1's forward: a cycle
+    ({0: [A("0F0"), A("0B0")], 1: [A("1B0"), A("1F0")]}, "1B0 comes before its 1F0", "[1B0]"),
+    ({0: [A("0F0"), A("1F0"), A("1B0"), A("0B0")], 1: []}, "", None),  # two stages on one rank: fine
+])
+def test_validator_rejects_bad_schedules_with_the_grid(schedule, message, marked):
+    stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
+    mbs = 2 if "microbatch 1" in message or "0F1" in message else 1
+    if message == "":
+        validate(schedule, stages, mbs)
+        return
+    with pytest.raises(ScheduleError) as err:
+        validate(schedule, stages, mbs)
+    text = str(err.value)
+    assert message in text
+    assert "rank 0:" in text  # the whole grid is shown
+    if marked:
+        assert marked in text
+
+
+def test_deadlock_marks_every_waiting_rank():
+    # each rank receives before it sends: 1 waits on 0's F1, which waits on 1's gradient of mb 0
+    sched = {0: [A("0F0"), A("0B0"), A("0F1"), A("0B1")], 1: [A("1F1"), A("1F0"), A("1B0"), A("1B1")]}
+    with pytest.raises(ScheduleError) as err:
+        validate(sched, 2, 2)
+    text = str(err.value)
+    assert "deadlock" in text and "[0B0]" in text and "[1F1]" in text
+
+
+def test_stage_on_two_ranks_is_rejected():
+    with pytest.raises(ScheduleError, match="stage 0 runs on ranks 0 and 1"):
+        validate({0: [A("0F0")], 1: [A("0B0")]}, 1, 1)

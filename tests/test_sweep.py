@@ -1,0 +1,63 @@
+"""sweep: `python -m harness -m ...` end to end, then `make report` on its output."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sweep
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_sweep_then_report(tmp_path):
+    sweep = tmp_path / "runs" / "sweeps" / "small"
+    p = harness("-m", "schedule=gpipe,1f1b", "pp=2,4", "microbatches=2,4", "compute=emulated",
+                "cost.fwd_ms_per_layer=1", "steps=1", "warmup_steps=0", "wandb.mode=disabled",
+                f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    results = sorted(sweep.rglob("result.json"))
+    assert len(results) == 8
+    runs = [json.loads(r.read_text()) for r in results]
+    assert all(r["status"] == "ok" for r in runs)
+    assert {(r["config"]["schedule"]["name"], r["config"]["pp"], r["config"]["microbatches"]) for r in runs} == {
+        (s, n, m) for s in ("gpipe", "1f1b") for n in (2, 4) for m in (2, 4)}
+    assert "8 ok" in p.stdout
+
+    r = subprocess.run(["make", "-s", "report", f"SWEEP={sweep}", f"REPORTS={tmp_path / 'reports'}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "reports" / "small"
+    index = (out / "index.md").read_text()
+    assert "bubble_vs_microbatches.png" in index and (out / "bubble_vs_microbatches.png").stat().st_size > 0
+    with open(out / "runs.csv") as f:
+        assert len(list(csv.DictReader(f))) == 8
+
+
+def test_a_bad_point_does_not_stop_the_sweep(tmp_path):
+    """pp=9 cannot run an 8-layer model: that job is recorded failed, the others run, the
+    sweep exits 1, and the report lists the failure."""
+    sweep = tmp_path / "sweep"
+    p = harness("-m", "pp=1,9", "microbatches=2", "steps=1", "warmup_steps=0", "wandb.mode=disabled",
+                f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert p.returncode == 1
+    assert "pp=9: more stages than model.layers=8" in p.stderr
+    status = sorted(json.loads(r.read_text())["status"] for r in sweep.rglob("result.json"))
+    assert status == ["failed", "ok"]
+    (sweep / "corrupt").mkdir()
+    (sweep / "corrupt" / "result.json").write_text("{not json")
+    r = subprocess.run([sys.executable, "-m", "harness.report", str(sweep), "--out", str(tmp_path / "rep")],
+                       cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    index = (tmp_path / "rep" / "sweep" / "index.md").read_text()
+    assert "## Not ok" in index and "pp=9" in index and "corrupt/result.json" in index
