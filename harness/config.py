@@ -90,7 +90,9 @@ class Config:
     microbatches: int = 8  # M per step
     microbatch_size: int = 4  # B samples per microbatch
     dp: int = 1  # data-parallel replicas of the pipeline (later)
-    checkpointing: bool = False  # activation checkpointing (later)
+    checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
+    checkpoint_every: int = 0  # layers per checkpointed segment (only its input is kept); 0: whole stage
+    verify_grads: bool = False  # compare the last step's gradients with a single-process run
     executor: str = "native"  # native (pytorch, sim: later)
     compute: str = "real"  # real math | emulated: each op sleeps its modeled cost (cost.*)
     device: str = "auto"  # cpu | cuda | auto (cuda when there are pp x dp GPUs)
@@ -158,8 +160,11 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
         raise ConfigError(f"virtual_stages={c.virtual_stages}: not supported yet (supported: 1)")
     if c.dp != 1:
         raise ConfigError(f"dp={c.dp}: not supported yet (supported: 1)")
-    if c.checkpointing:
-        raise ConfigError(f"checkpointing={c.checkpointing}: not supported yet (supported: false)")
+    _at_least("checkpoint_every", c.checkpoint_every, 0)
+    smallest = c.model.layers // (c.pp * c.virtual_stages)
+    if c.checkpointing and c.checkpoint_every > smallest:
+        raise ConfigError(f"checkpoint_every={c.checkpoint_every}: more than the {smallest} layers of the "
+                          f"smallest stage (allowed: 1..{smallest})")
     if c.pp > c.model.layers:
         raise ConfigError(f"pp={c.pp}: more stages than model.layers={c.model.layers} "
                           f"(allowed: pp <= {c.model.layers}, or raise model.layers)")

@@ -7,18 +7,24 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from harness.config import Config, ConfigError
-from harness.metrics import compute_metrics
+from harness.metrics import compute_metrics, grad_check
 from harness.plan import Plan, make_plan
+from harness.reference import reference_losses
 from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, plot_gantt, write_json_atomic, write_trace_json
 from harness.runtime.launch import RankReport, WorkerError, run_native
 from harness.trace import Event, Trace
 
 
-def to_trace(reports: list[RankReport]) -> Trace:
-    """Raw ns timestamps of every rank onto one timeline starting at 0 (one host, one clock)."""
+def to_trace(reports: list[RankReport]) -> tuple[Trace, list[tuple[int, int, float, int]]]:
+    """Raw ns timestamps of every rank onto one timeline starting at 0 (one host, one clock):
+    the trace, and the memory samples as (rank, step, s, live activation bytes)."""
     origin = min(e[6] for r in reports for e in r.events)
-    return [Event(r.rank, *e[:6], (e[6] - origin) / 1e9, (e[7] - origin) / 1e9) for r in reports for e in r.events]
+    trace = [Event(r.rank, *e[:6], (e[6] - origin) / 1e9, (e[7] - origin) / 1e9) for r in reports for e in r.events]
+    memory = [(r.rank, step, (t - origin) / 1e9, b) for r in reports for step, t, b in r.memory]
+    return trace, memory
 
 
 def headline(result: dict) -> str:
@@ -32,10 +38,10 @@ def headline(result: dict) -> str:
             f"{m['throughput_samples_s']:.0f} samples/s")
 
 
-def execute(plan: Plan) -> tuple[Trace, list[float], list[RankReport]]:
+def execute(plan: Plan) -> tuple[Trace, list, list[float], list[RankReport]]:
     reports = run_native(plan)
     losses = next(r.losses for r in reports if r.losses is not None)
-    return to_trace(reports), losses, reports
+    return *to_trace(reports), losses, reports
 
 
 def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0) -> dict:
@@ -52,8 +58,11 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     result["env"] = environment(plan.device, plan.world)
     result["plan"] = plan.describe()
     try:
-        trace, losses, reports = execute(plan)
-        result["metrics"] = compute_metrics(plan, trace, losses)
+        trace, memory, losses, reports = execute(plan)
+        result["metrics"] = compute_metrics(plan, trace, losses, reports)
+        if c.verify_grads:
+            grads = {k: torch.from_numpy(v) for r in reports for k, v in (r.grads or {}).items()}
+            result["metrics"]["grad_check"] = grad_check(grads, reference_losses(c)[1])
         if plan.device == "cuda":
             result["metrics"]["memory"]["cuda_max_memory_allocated_per_stage"] = [
                 r.cuda_max_memory_allocated for r in reports]
@@ -68,7 +77,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         return result
     result["wall_s"] = time.time() - started
     write_json_atomic(out_dir / RESULT, result)  # the source of truth, first
-    write_trace_json(out_dir / TRACE, trace)
+    write_trace_json(out_dir / TRACE, trace, memory)
     last = max(e.step for e in trace)
     b = result["metrics"]["bubble"]
     plot_gantt(out_dir / GANTT, trace, last,

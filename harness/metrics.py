@@ -84,7 +84,20 @@ def simulated_bubble(plan: Plan, measured: Trace) -> float:
     return statistics.fmean(bubble_per_rank(sim, c.pp))
 
 
-def compute_metrics(plan: Plan, trace: Trace, losses: list[float]) -> dict:
+def grad_check(pipeline: dict[str, "torch.Tensor"], reference: dict[str, "torch.Tensor"]) -> dict:
+    """Largest relative difference, over parameters, between the pipeline's accumulated
+    gradient and the single-process full-batch one: max |g - r| / max |r|."""
+    if set(pipeline) != set(reference):
+        raise ValueError(f"parameters differ: {sorted(set(pipeline) ^ set(reference))[:5]}")
+    worst, where = 0.0, None
+    for name, r in reference.items():
+        d = float((pipeline[name] - r).abs().max() / r.abs().max().clamp_min(1e-30))
+        if d >= worst:
+            worst, where = d, name
+    return {"max_rel_diff": worst, "worst_param": where, "params": len(reference)}
+
+
+def compute_metrics(plan: Plan, trace: Trace, losses: list[float], reports: list) -> dict:
     c = plan.config
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
     per_step = [bubble_per_rank(events_of_step(trace, s), c.pp) for s in measured_steps]
@@ -105,11 +118,12 @@ def compute_metrics(plan: Plan, trace: Trace, losses: list[float]) -> dict:
             "measured_per_step": [statistics.fmean(b) for b in per_step],
         },
         "memory": {
-            "peak_activation_bytes_per_stage": None,  # measured by the memory meter (not yet)
+            "peak_activation_bytes_per_stage": [r.peak_activation_bytes for r in reports],
             "theory_peak_microbatches_per_stage": [
                 theory.peak_inflight_microbatches(c.schedule.name, c.pp, c.microbatches, r) for r in range(c.pp)],
-            "activation_bytes_per_microbatch_per_stage": None,
+            "activation_bytes_per_microbatch_per_stage": [r.activation_bytes_per_microbatch for r in reports],
         },
+        "recompute_s": sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
         "p2p_hop_s": hop_latency(measured_trace),
         "mean_op_s": {k: v for k, v in mean_costs(measured_trace, len(plan.stage_layers)).items()
                       if k in {x.value for x in Kind}},

@@ -42,8 +42,9 @@ def environment(device: str, world: int) -> dict:
             "cpu_count": os.cpu_count()}
 
 
-def write_trace_json(path: Path, trace: Trace) -> None:
-    """Chrome trace-event JSON: one track per rank, one complete event per action."""
+def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = ()) -> None:
+    """Chrome trace-event JSON: one track per rank, one complete event per action, and a
+    counter track per rank of activation bytes held (memory: (rank, step, s, bytes))."""
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "pipeline (dp replica 0)"}}]
     for r in sorted({e.rank for e in trace}):
         events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
@@ -51,10 +52,14 @@ def write_trace_json(path: Path, trace: Trace) -> None:
         events.append({"ph": "X", "name": e.name, "cat": e.cat, "pid": 0, "tid": e.rank,
                        "ts": e.start * 1e6, "dur": e.dur * 1e6,  # microseconds
                        "args": {"step": e.step, "kind": e.kind, "stage": e.stage, "microbatch": e.microbatch}})
+    for rank, _step, t, nbytes in memory:
+        events.append({"ph": "C", "name": f"activations rank {rank}", "pid": 0, "tid": rank, "ts": t * 1e6,
+                       "args": {"MiB": nbytes / 2**20}})
     write_json_atomic(path, {"traceEvents": events, "displayTimeUnit": "ms"})
 
 
-COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "optim": "#555555", "recv": "#dddddd"}
+COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "#dd8452", "optim": "#555555",
+          "recv": "#dddddd"}
 
 
 def plot_gantt(path: Path, trace: Trace, step: int, title: str) -> None:

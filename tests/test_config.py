@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
     ({"dp": 2}, "dp=2: not supported yet (supported: 1)"),
     ({"virtual_stages": 2}, "virtual_stages=2: not supported yet (supported: 1)"),
-    ({"checkpointing": True}, "checkpointing=True: not supported yet"),
+    ({"checkpointing": True, "checkpoint_every": 3}, "checkpoint_every=3: more than the 2 layers of the smallest stage"),
     ({"lr": 0.0}, "lr=0.0: must be > 0"),
     ({"timeout_s": 0.0}, "timeout_s=0.0: must be > 0"),
     ({"max_processes": 2}, "pp=4 x dp=1: 4 processes, more than max_processes=2"),

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from harness.config import ModelConfig
+from harness.model.split_linear import SplitLinear
 
 
 class MLP:
@@ -25,7 +26,7 @@ class MLP:
         layers = []
         for i in range(start, end):
             torch.manual_seed(seed * 1_000_003 + i)
-            layers.append(nn.Sequential(nn.Linear(self.cfg.hidden, self.cfg.hidden), nn.GELU()))
+            layers.append(nn.Sequential(SplitLinear(self.cfg.hidden, self.cfg.hidden), nn.GELU()))
         return nn.Sequential(*layers)
 
     def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:

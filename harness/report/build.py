@@ -6,12 +6,12 @@ import csv
 import shutil
 from pathlib import Path
 
-from harness.report.figures import bubble_vs_microbatches, provenance
+from harness.report.figures import bubble_vs_microbatches, checkpointing_tradeoff, memory_per_rank, provenance
 from harness.report.load import Sweep
 
 COLUMNS = ["run", "status", "schedule", "pp", "microbatches", "microbatch_size", "compute", "device",
-           "step_time_s", "throughput_samples_s", "bubble_theory", "bubble_simulated", "bubble_measured",
-           "final_loss", "error"]
+           "checkpointing", "step_time_s", "throughput_samples_s", "bubble_theory", "bubble_simulated",
+           "bubble_measured", "peak_activation_bytes_max", "recompute_s", "final_loss", "error"]
 
 
 def row(run: dict) -> dict:
@@ -24,6 +24,10 @@ def row(run: dict) -> dict:
         "step_time_s": m.get("step_time_s"), "throughput_samples_s": m.get("throughput_samples_s"),
         "bubble_theory": b.get("theory"), "bubble_simulated": b.get("simulated"),
         "bubble_measured": b.get("measured"), "final_loss": (m.get("losses") or [None])[-1],
+        "checkpointing": c.get("checkpointing", False),
+        "peak_activation_bytes_max": max((m.get("memory") or {}).get("peak_activation_bytes_per_stage") or [None],
+                                         key=lambda v: v or 0),
+        "recompute_s": m.get("recompute_s"),
         "error": run.get("error"),
     }
 
@@ -56,6 +60,14 @@ def build_report(sweep: Sweep, out: Path) -> Path:
                   f"![bubble against microbatches]({fig.name})", ""]
     else:
         lines += ["No run finished ok: no figure.", ""]
+    mem = memory_per_rank(sweep.runs, out / "memory_per_rank.png")
+    lines += ["## Activation memory per rank", ""]
+    lines += ([f"Measured peak bytes held for backward (saved tensors + kept inputs) per rank; black ticks: "
+               f"the schedule's in-flight microbatches x measured bytes per microbatch.", "",
+               f"![memory per rank]({mem.name})", ""] if mem else ["No run with memory measurements.", ""])
+    ckpt = checkpointing_tradeoff(sweep.runs, out / "checkpointing.png")
+    if ckpt:
+        lines += ["## Checkpointing trade-off", "", f"![checkpointing]({ckpt.name})", ""]
     head = ["run", "status", "schedule", "pp", "M", "B", "compute", "step ms", "samples/s",
             "bubble theory", "simulated", "measured"]
     lines += ["## Runs", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

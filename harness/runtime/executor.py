@@ -2,22 +2,30 @@
 
 P2P semantics (the simulator and the validator assume the same): sends are posted with
 isend and never block; a receive is posted right before the action that needs it and
-blocks until the tensor is there. Gradients accumulate in .grad over the microbatches
-(each microbatch loss is scaled by 1/M, so the sum is the full-batch mean loss's
-gradient); the optimizer steps once per step.
+blocks until the tensor is there. When the neighbouring stage lives on the same rank (V
+placement), the tensor is handed over locally. Each stage is its own autograd graph: a
+stage's input is a fresh leaf, its .grad is what goes back.
+
+Gradients accumulate in .grad over the microbatches (each microbatch loss is scaled by
+1/M, so the sum is the full-batch mean loss's gradient); the optimizer steps once per step.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from harness.model import get_model
+from harness.model.checkpoint import CheckpointedStage
+from harness.model.split_linear import WeightGradStore, attach_store
 from harness.plan import Plan
 from harness.runtime.clock import CudaClock, HostClock
+from harness.runtime.memory import MemoryMeter
 from harness.schedules.ir import Action, Kind
 from harness.trace import COMM, COMPUTE, WAIT
 
@@ -26,7 +34,7 @@ RawEvent = tuple[int, str, str, str, int, int, int, int]
 
 
 def _tag(stage: int, grad: bool, mb: int, stages: int) -> int:
-    """Unique message tag per (stage, direction, microbatch); gloo matches on it."""
+    """Unique message tag per (sending stage, direction, microbatch); gloo matches on it."""
     return (mb * 2 + int(grad)) * stages + stage
 
 
@@ -34,6 +42,7 @@ def _tag(stage: int, grad: bool, mb: int, stages: int) -> int:
 class StepState:
     inputs: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # kept for backward
     outputs: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)  # output or loss
+    local: dict[tuple[int, str, int], torch.Tensor] = field(default_factory=dict)  # same-rank hand-offs
     sends: list[tuple[dist.Work, torch.Tensor]] = field(default_factory=list)
     loss: torch.Tensor | None = None
 
@@ -45,15 +54,25 @@ class StageRunner:
         self.model = get_model(c.model)
         self.actions: list[Action] = plan.schedule[rank]
         self.num_stages = len(plan.stage_layers)
-        self.modules = {
-            s: self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device)
-            for s, r in plan.stage_rank.items() if r == rank
-        }
+        self.store = WeightGradStore()
+        self.modules: dict[int, nn.Module] = {}
+        for s, r in plan.stage_rank.items():
+            if r == rank:
+                layers = self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device)
+                attach_store(layers, self.store)
+                self.modules[s] = layers
         params = [p for m in self.modules.values() for p in m.parameters()]
         self.optimizer = torch.optim.SGD(params, lr=c.lr)
+        self.meter = MemoryMeter(params)
+        if c.checkpointing:
+            self.modules = {s: CheckpointedStage(m, c.checkpoint_every, self._keep_current, self._timed_recompute)
+                            for s, m in self.modules.items()}
         self.clock = CudaClock(device) if device.type == "cuda" else HostClock()
         self.act_shape = self.model.activation_shape(c.microbatch_size)
         self.events: list[tuple] = []  # (step, name, cat, kind, stage, mb, start token, end token)
+        self._current: tuple[int, int, int] | None = None  # (step, stage, mb) of the running action
+        self.drop_grads = False  # test-only fault (fault=noaccum@...): breaks accumulation
+        self.microbatch_bytes: list[int] = []  # bytes held for backward by each F, at its end
 
     # -- timing -------------------------------------------------------------------------
     def _emulate(self, start_ns: int, seconds: float) -> None:
@@ -73,16 +92,40 @@ class StageRunner:
     def _record(self, step: int, name: str, cat: str, kind: str, stage: int, mb: int, t0, t1) -> None:
         self.events.append((step, name, cat, kind, stage, mb, t0, t1))
 
+    def _keep_current(self, t: torch.Tensor) -> None:
+        if self._current is not None:
+            self.meter.keep(self._current[1:], t)
+
+    def _timed_recompute(self, fn: Callable) -> Callable:
+        """Checkpointing's recompute, traced as its own event (kind R, inside the B/I)."""
+
+        def run(*args):
+            t0 = self.clock.mark()
+            try:
+                return fn(*args)
+            finally:  # non-reentrant checkpoint ends a recompute early by raising
+                if self._current is not None:
+                    step, s, mb = self._current
+                    self._record(step, f"{s}R{mb}", COMPUTE, "R", s, mb, t0, self.clock.mark())
+
+        return run
+
     # -- P2P ----------------------------------------------------------------------------
-    def _recv(self, step: int, a: Action, from_stage: int, grad: bool) -> torch.Tensor:
+    def _receive(self, step: int, st: StepState, a: Action, from_stage: int, grad: bool) -> torch.Tensor:
+        if self.plan.stage_rank[from_stage] == self.rank:
+            return st.local.pop((from_stage, "grad" if grad else "act", a.microbatch))
         buf = torch.empty(self.act_shape, device=self.device)
         t0 = self.clock.mark()
-        dist.irecv(buf, src=self.plan.stage_rank[from_stage], tag=_tag(from_stage, grad, a.microbatch,
-                                                                        self.num_stages)).wait()
+        dist.irecv(buf, src=self.plan.stage_rank[from_stage],
+                   tag=_tag(from_stage, grad, a.microbatch, self.num_stages)).wait()
         self._record(step, f"recv {a}", WAIT, "recv", a.stage, a.microbatch, t0, self.clock.mark())
         return buf
 
-    def _send(self, step: int, st: StepState, a: Action, tensor: torch.Tensor, to_stage: int, grad: bool) -> None:
+    def _pass_on(self, step: int, st: StepState, a: Action, tensor: torch.Tensor, to_stage: int, grad: bool) -> None:
+        tensor = tensor.detach()
+        if self.plan.stage_rank[to_stage] == self.rank:
+            st.local[(a.stage, "grad" if grad else "act", a.microbatch)] = tensor
+            return
         t0 = self.clock.mark()
         tensor = tensor.contiguous()
         work = dist.isend(tensor, dst=self.plan.stage_rank[to_stage],
@@ -91,61 +134,101 @@ class StageRunner:
         self._record(step, f"send {a}", COMM, "send", a.stage, a.microbatch, t0, self.clock.mark())
 
     # -- actions ------------------------------------------------------------------------
-    def _forward(self, step: int, st: StepState, a: Action, batch) -> None:
-        s, mb, B = a.stage, a.microbatch, self.plan.config.microbatch_size
-        first, last = s == 0, s == self.num_stages - 1
-        if first:
-            x = batch[0][mb * B:(mb + 1) * B]
-        else:
-            x = self._recv(step, a, s - 1, grad=False).requires_grad_(True)
-        h0, t0 = time.perf_counter_ns(), self.clock.mark()
-        y = self.modules[s](x)
-        if last:
-            y = self.model.loss(y, batch[1][mb * B:(mb + 1) * B]) / self.plan.config.microbatches
-            st.loss = y.detach() if st.loss is None else st.loss + y.detach()
-        self._emulate(h0, self.plan.emulated_cost.compute(a))
-        self._record(step, str(a), COMPUTE, "F", s, mb, t0, self.clock.mark())
-        st.inputs[(s, mb)], st.outputs[(s, mb)] = x, y
-        if not last:
-            self._send(step, st, a, y.detach(), s + 1, grad=False)
-
-    def _backward(self, step: int, st: StepState, a: Action) -> None:
+    def _forward(self, step: int, st: StepState, a: Action, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         s, mb = a.stage, a.microbatch
         last = s == self.num_stages - 1
-        grad = None if last else self._recv(step, a, s + 1, grad=True)
+        if s == 0:
+            x = batch[mb][0]
+        else:
+            x = self._receive(step, st, a, s - 1, grad=False).requires_grad_(True)
         h0, t0 = time.perf_counter_ns(), self.clock.mark()
-        torch.autograd.backward(st.outputs.pop((s, mb)), grad_tensors=grad)
+        self._current = (step, s, mb)
+        with self.meter.saving((s, mb)):
+            y = self.modules[s](x)
+            if last:
+                y = self.model.loss(y, batch[mb][1]) / self.plan.config.microbatches
+                st.loss = y.detach() if st.loss is None else st.loss + y.detach()
+        self._current = None
         self._emulate(h0, self.plan.emulated_cost.compute(a))
-        self._record(step, str(a), COMPUTE, "B", s, mb, t0, self.clock.mark())
-        x = st.inputs.pop((s, mb))
-        if s > 0:
-            self._send(step, st, a, x.grad, s - 1, grad=True)
+        self._record(step, str(a), COMPUTE, "F", s, mb, t0, self.clock.mark())
+        self.meter.keep((s, mb), x if s > 0 else None)
+        self.meter.keep((s, mb), y)
+        self.microbatch_bytes.append(self.meter.bytes_of((s, mb)))
+        st.inputs[(s, mb)], st.outputs[(s, mb)] = x, y
+        if not last:
+            self._pass_on(step, st, a, y, s + 1, grad=False)
 
-    def run_step(self, step: int) -> float | None:
-        """Runs every action of this rank for one step, then the optimizer.
-        Returns the step's loss on the rank that holds the last stage, else None."""
+    def _backward(self, step: int, st: StepState, a: Action) -> None:
+        """B, or I (input gradient now, weight gradient deferred to the W)."""
+        s, mb = a.stage, a.microbatch
+        last = s == self.num_stages - 1
+        grad = None if last else self._receive(step, st, a, s + 1, grad=True)
+        h0, t0 = time.perf_counter_ns(), self.clock.mark()
+        self._current = (step, s, mb)
+        self.store.deferring = (s, mb) if a.kind is Kind.I else None
+        if self.drop_grads:  # test-only fault: forget the microbatches accumulated so far
+            self.optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(st.outputs.pop((s, mb)), grad_tensors=grad)
+        self.store.deferring = None
+        self._current = None
+        self._emulate(h0, self.plan.emulated_cost.compute(a))
+        self._record(step, str(a), COMPUTE, a.kind.value, s, mb, t0, self.clock.mark())
+        x = st.inputs.pop((s, mb))
+        self.meter.release((s, mb))
+        for held in self.store.holding((s, mb)):  # what the deferred W still needs
+            self.meter.keep((s, mb), held)
+        if s > 0:
+            self._pass_on(step, st, a, x.grad, s - 1, grad=True)
+
+    def _weight(self, step: int, a: Action) -> None:
+        h0, t0 = time.perf_counter_ns(), self.clock.mark()
+        self.store.run((a.stage, a.microbatch))
+        self._emulate(h0, self.plan.emulated_cost.compute(a))
+        self._record(step, str(a), COMPUTE, "W", a.stage, a.microbatch, t0, self.clock.mark())
+        self.meter.release((a.stage, a.microbatch))
+
+    def run_step(self, step: int, keep_grads: bool = False) -> tuple[float | None, dict[str, torch.Tensor] | None]:
+        """Runs every action of this rank for one step, then the optimizer. Returns the
+        step's loss on the rank that holds the last stage (else None) and, if asked, the
+        accumulated gradients by global parameter name ("<layer>.<param>")."""
         c = self.plan.config
-        batch = self.model.batch(c.seed, step, c.microbatches * c.microbatch_size)
-        batch = (batch[0].to(self.device), batch[1].to(self.device))
+        x, y = self.model.batch(c.seed, step, c.microbatches * c.microbatch_size)
+        # one tensor per microbatch, as a loader would give: a view would share (and the
+        # memory meter would count) the whole batch's storage
+        batch = [(xi.clone().to(self.device), yi.clone().to(self.device))
+                 for xi, yi in zip(x.split(c.microbatch_size), y.split(c.microbatch_size))]
         st = StepState()
+        self.meter.reset_peak()
+        self.microbatch_bytes.clear()
         self.clock.start_step()
         for a in self.actions:
             if a.kind is Kind.F:
                 self._forward(step, st, a, batch)
-            elif a.kind is Kind.B:
-                self._backward(step, st, a)
+            elif a.kind is Kind.W:
+                self._weight(step, a)
             else:
-                raise NotImplementedError(f"{a}: I/W actions need the zero-bubble executor (not in this version)")
+                self._backward(step, st, a)
         t0 = self.clock.mark()
         for work, _ in st.sends:
             work.wait()
         self._record(step, "send wait", WAIT, "send", -1, -1, t0, self.clock.mark())
+        grads = self.gradients() if keep_grads else None
         t0 = self.clock.mark()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._record(step, "optim", COMPUTE, "optim", -1, -1, t0, self.clock.mark())
         self.clock.finish_step()
-        return None if st.loss is None else float(st.loss)
+        return (None if st.loss is None else float(st.loss)), grads
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for s, module in self.modules.items():
+            first = self.plan.stage_layers[s][0]
+            layers = module.layers if isinstance(module, CheckpointedStage) else module
+            for name, p in layers.named_parameters():
+                index, rest = name.split(".", 1)
+                out[f"{first + int(index)}.{rest}"] = p.grad.detach().cpu().clone()
+        return out
 
     def take_events(self) -> list[RawEvent]:
         """Events so far with tokens resolved to ns; clears the buffer. Call after run_step

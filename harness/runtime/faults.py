@@ -1,8 +1,9 @@
-"""Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang.
+"""Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum.
 
 raise: the rank raises RuntimeError at the start of step S. kill: it SIGKILLs itself.
-hang: it sleeps forever (the job's timeout_s must end it). For tests of failure handling;
-never set in a real study.
+hang: it sleeps forever (the job's timeout_s must end it). noaccum: in step S the rank
+drops the gradients accumulated before each backward, so only the last microbatch's
+survive (verify_grads must catch it). For tests of failure handling; never set in a study.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-_FAULT = re.compile(r"^(raise|kill|hang)@rank(\d+),step(\d+)$")
+_FAULT = re.compile(r"^(raise|kill|hang|noaccum)@rank(\d+),step(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,12 @@ def parse_fault(text: str | None) -> Fault | None:
         return None
     m = _FAULT.match(text)
     if not m:
-        raise ValueError(f"fault={text}: expected KIND@rankR,stepS with KIND raise|kill|hang, e.g. raise@rank1,step2")
+        raise ValueError(f"fault={text}: expected KIND@rankR,stepS with KIND raise|kill|hang|noaccum, e.g. raise@rank1,step2")
     return Fault(m.group(1), int(m.group(2)), int(m.group(3)))
 
 
 def maybe_inject(fault: Fault | None, rank: int, step: int) -> None:
-    if fault is None or fault.rank != rank or fault.step != step:
+    if fault is None or fault.rank != rank or fault.step != step or fault.kind == "noaccum":
         return
     if fault.kind == "raise":
         raise RuntimeError(f"injected fault at rank {rank}, step {step}")

@@ -22,6 +22,10 @@ class RankReport:
     rank: int
     events: list[tuple]
     losses: list[float] | None
+    memory: list[tuple[int, int, int]]  # (step, ns, live activation bytes)
+    peak_activation_bytes: int
+    activation_bytes_per_microbatch: float
+    grads: dict | None = None  # last step's accumulated gradients (verify_grads=true)
     cuda_max_memory_allocated: int | None = None
 
 
@@ -60,8 +64,7 @@ def run_native(plan: Plan) -> list[RankReport]:
                 continue
             if status != "ok":
                 raise WorkerError(f"rank {rank}: {payload}")
-            reports[rank] = RankReport(rank, payload["events"], payload["losses"],
-                                       payload.get("cuda_max_memory_allocated"))
+            reports[rank] = RankReport(rank=rank, **payload)
     finally:
         for p in procs:
             p.join(timeout=5 if len(reports) == plan.world else 0.1)

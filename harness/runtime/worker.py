@@ -30,13 +30,27 @@ def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
                                 world_size=plan.world, timeout=timedelta(seconds=c.timeout_s))
         runner = StageRunner(rank, plan, device)
         fault = parse_fault(c.fault)
-        losses, events = [], []
-        for step in range(c.warmup_steps + c.steps):
+        losses, events, memory, peaks, mb_bytes, grads = [], [], [], [], [], None
+        total = c.warmup_steps + c.steps
+        for step in range(total):
             maybe_inject(fault, rank, step)
+            runner.drop_grads = fault is not None and fault.kind == "noaccum" and (fault.rank, fault.step) == (rank, step)
             dist.barrier()  # every rank starts the step together; not inside the window
-            losses.append(runner.run_step(step))
+            loss, grads = runner.run_step(step, keep_grads=c.verify_grads and step == total - 1)
+            losses.append(loss)
             events += runner.take_events()
-        payload = {"events": events, "losses": losses if losses[0] is not None else None}
+            memory += [(step, t, b) for t, b in runner.meter.samples]
+            if step >= c.warmup_steps:
+                peaks.append(runner.meter.peak)
+                mb_bytes += runner.microbatch_bytes
+        chunks = sum(1 for r in plan.stage_rank.values() if r == rank)
+        payload = {"events": events, "losses": losses if losses[0] is not None else None, "memory": memory,
+                   "peak_activation_bytes": max(peaks),
+                   # one microbatch's activations on this rank: all its chunks together
+                   "activation_bytes_per_microbatch": chunks * sum(mb_bytes) / len(mb_bytes),
+                   # numpy, not tensors: torch's queue pickling shares tensor memory by file
+                   # descriptor, which dies with this process
+                   "grads": None if grads is None else {k: v.numpy() for k, v in grads.items()}}
         if device.type == "cuda":
             payload["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
         results.put((rank, "ok", payload))

@@ -1,0 +1,88 @@
+"""Linear layers whose weight gradient can be deferred: the zero-bubble split of a
+backward into I (input gradient, needed by the previous stage now) and W (weight
+gradient, any time before the optimizer). Qi et al. 2024, arXiv 2401.10241, sec. 2;
+Megatron-LM's WeightGradStore does the same.
+
+With no store attached, or a store not deferring, the backward is a plain Linear's.
+Other parameters (none in mlp) get their gradients in I, as in Megatron.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Hashable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class WeightGradStore:
+    """Deferred weight-gradient work, queued under the key of the backward that made it."""
+
+    def __init__(self) -> None:
+        self.deferring: Hashable | None = None  # key while an I runs; None: compute dW at once
+        # key -> [(work, tensors it holds until it runs)]
+        self.pending: dict[Hashable, list[tuple[Callable[[], None], tuple[torch.Tensor, ...]]]] = defaultdict(list)
+
+    def run(self, key: Hashable) -> None:
+        """W: every weight gradient deferred under `key`, accumulated into .grad."""
+        for work, _ in self.pending.pop(key, []):
+            work()
+
+    def holding(self, key: Hashable) -> list[torch.Tensor]:
+        """Tensors the deferred work of `key` keeps alive (its activations and gradients)."""
+        return [t for _, held in self.pending.get(key, []) for t in held]
+
+
+def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+class _LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):  # x [..., in], weight [out, in]
+        ctx.save_for_backward(x, weight)
+        ctx.bias, ctx.store = bias, store
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, g):  # g [..., out]
+        x, weight = ctx.saved_tensors
+        grad_x = g @ weight if ctx.needs_input_grad[0] else None
+        bias = ctx.bias
+
+        def weight_grad() -> tuple[torch.Tensor, torch.Tensor | None]:
+            g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+            return g2.t() @ x2, (g2.sum(0) if bias is not None else None)
+
+        key = ctx.store.deferring
+        if key is None:
+            gw, gb = weight_grad()
+            return grad_x, gw, gb, None
+
+        def work() -> None:
+            gw, gb = weight_grad()
+            _accumulate(weight, gw)
+            if gb is not None:
+                _accumulate(bias, gb)
+
+        ctx.store.pending[key].append((work, (x, g)))
+        return grad_x, None, None, None
+
+
+class SplitLinear(nn.Linear):
+    """nn.Linear (same init, same math) whose weight gradient a WeightGradStore can defer."""
+
+    store: WeightGradStore | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.store is None:
+            return F.linear(x, self.weight, self.bias)
+        return _LinearFn.apply(x, self.weight, self.bias, self.store)
+
+
+def attach_store(module: nn.Module, store: WeightGradStore) -> None:
+    for m in module.modules():
+        if isinstance(m, SplitLinear):
+            m.store = store

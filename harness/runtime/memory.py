@@ -1,0 +1,62 @@
+"""Activation memory meter: bytes held for a later backward, per rank, live over the step.
+
+Counted: tensors autograd saves during a forward (saved_tensors_hooks) and tensors the
+executor keeps (stage inputs and outputs, checkpoint segment inputs, what a deferred
+weight gradient holds), each storage once, parameters excluded. A (stage, microbatch)'s
+bytes are released when its backward (B, or W for split schedules) has run.
+torch.cuda.max_memory_allocated is no help on CPU; this works on both.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Hashable, Iterator
+
+import torch
+
+
+class MemoryMeter:
+    def __init__(self, params: list[torch.Tensor]):
+        self.param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self.held: dict[Hashable, dict[int, int]] = {}  # key -> {storage ptr: bytes}
+        self.live = 0
+        self.peak = 0
+        self.samples: list[tuple[int, int]] = []  # (perf_counter_ns, live bytes)
+        self._key: Hashable | None = None
+
+    def keep(self, key: Hashable, t: torch.Tensor | None) -> None:
+        if t is None or not isinstance(t, torch.Tensor):
+            return
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        held = self.held.setdefault(key, {})
+        if ptr in self.param_storages or ptr in held or storage.nbytes() == 0:
+            return
+        held[ptr] = storage.nbytes()
+        self.live += held[ptr]
+        if self.live > self.peak:
+            self.peak = self.live
+        self.samples.append((time.perf_counter_ns(), self.live))
+
+    def release(self, key: Hashable) -> None:
+        self.live -= sum(self.held.pop(key, {}).values())
+        self.samples.append((time.perf_counter_ns(), self.live))
+
+    def bytes_of(self, key: Hashable) -> int:
+        return sum(self.held.get(key, {}).values())
+
+    @contextmanager
+    def saving(self, key: Hashable) -> Iterator[None]:
+        """Within: every tensor autograd saves is counted under `key`."""
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            self.keep(key, t)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+
+    def reset_peak(self) -> None:
+        self.peak = self.live
+        self.samples.clear()
