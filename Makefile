@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: help venv sweep report test test-fast bench clean
+.PHONY: help venv sweep report profile test test-fast bench clean
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
@@ -30,6 +30,9 @@ sweep: venv ## Run the default study on CPU (gloo, wandb offline), then its repo
 
 report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports/<sweep>/
 	$(PY) -m harness.report $(SWEEP) --out $(REPORTS)
+
+profile: venv ## Re-measure data/gpt_cpu_profile.json (the balance study's CPU profile)
+	$(PY) -m harness.profile +scenario=cpu_real --microbatch-sizes 1 4 8 --out data/gpt_cpu_profile.json
 
 test: venv ## Unit, multi-process (gloo) and end-to-end sweep tests
 	$(PY) -m pytest -q -m "not bench"

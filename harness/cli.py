@@ -7,8 +7,8 @@ import re
 import sys
 from importlib import resources
 
-GROUPS = ("schedule", "model", "partition", "experiment")
-_OVERRIDE = re.compile(r"^(?P<group>[a-z_]+)=(?P<value>[^()\[\]{}]*)$")
+GROUPS = ("schedule", "model", "partition", "experiment", "scenario")
+_OVERRIDE = re.compile(r"^\+?(?P<group>[a-z_]+)=(?P<value>[^()\[\]{}]*)$")
 
 
 def group_options(group: str) -> list[str]:

@@ -8,26 +8,29 @@ the key, the value and what is allowed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from harness.runtime.faults import parse_fault
+from harness.schedules.builders import chunks_per_rank, requirements
 
 
 class ConfigError(ValueError):
-    """A config value that cannot run; str() is one line for the user."""
+    """A config value that cannot run; str() is one line for the user, `detail` (optional)
+    what more there is to show (a schedule's grid)."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
 
 
-# What this version runs; schedule files for the others exist so `schedule=zbv` says
-# "not supported yet" instead of "not found".
-SCHEDULES_SUPPORTED = ("gpipe", "1f1b")
-SCHEDULES_PLANNED = ("interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
-MODELS = ("mlp",)
-PARTITIONS_SUPPORTED = ("uniform",)
-PARTITIONS_PLANNED = ("params", "flops", "profile", "explicit")
-EXECUTORS_SUPPORTED = ("native",)
-EXECUTORS_PLANNED = ("pytorch", "sim")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
+MODELS = ("mlp", "gpt")
+PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
+EXECUTORS_SUPPORTED = ("native", "sim")
+EXECUTORS_PLANNED = ("pytorch",)
 COMPUTE_MODES = ("real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -35,21 +38,31 @@ WANDB_MODES = ("offline", "online", "disabled")
 
 @dataclass
 class ScheduleConfig:
-    name: str = "1f1b"  # gpipe | 1f1b (interleaved_1f1b, zb_h1, zbv, dualpipev, csv: later)
-    csv_path: str | None = None  # schedule=csv: PyTorch compute_only CSV (later)
+    name: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b | zb_h1 | zbv | dualpipev | csv
+    csv_path: str | None = None  # schedule=csv: PyTorch compute_only CSV, one row per rank
 
 
 @dataclass
 class ModelConfig:
-    name: str = "mlp"  # mlp: a stack of identical Linear+GELU layers
-    layers: int = 8  # layers in the whole model (split across stages)
-    hidden: int = 256  # features per sample in and out of every layer
+    name: str = "mlp"  # mlp: identical Linear+GELU layers | gpt: embedding, blocks, LM head
+    layers: int = 8  # mlp: layers; gpt: transformer blocks (plus embedding and head)
+    hidden: int = 256  # features per sample (mlp) or per token (gpt d_model)
+    heads: int = 4  # gpt: attention heads (hidden % heads == 0)
+    seq: int = 64  # gpt: tokens per sample
+    vocab: int = 1024  # gpt: vocabulary size
+
+    @property
+    def num_layers(self) -> int:
+        """Partitionable layers: mlp layers; gpt blocks + embedding + head."""
+        return self.layers + (2 if self.name == "gpt" else 0)
 
 
 @dataclass
 class PartitionConfig:
-    name: str = "uniform"  # uniform: equal layer counts, the first stages take the remainder
-    layers_per_stage: list[int] | None = None  # partition=explicit (later)
+    """Which layers each stage holds (harness/model/partition.py)."""
+
+    name: str = "uniform"  # uniform | params | flops | profile (needs `profile`) | explicit
+    layers_per_stage: list[int] | None = None  # partition=explicit: one entry per stage, summing to the layers
 
 
 @dataclass
@@ -57,14 +70,15 @@ class CostConfig:
     """Modeled op costs for compute=emulated: each action sleeps this long (after its
     real math, which a small model finishes well within it)."""
 
-    fwd_ms_per_layer: float = 5.0  # forward ms of one layer for one microbatch
+    fwd_ms_per_layer: float = 5.0  # forward ms of one layer for one microbatch (without a profile)
     bwd_over_fwd: float = 2.0  # backward / forward time (2: two matmuls per forward one)
+    time_scale: float = 1.0  # multiplies every emulated cost, e.g. a GPU profile slowed so CPU math fits
 
 
 @dataclass
 class CommConfig:
-    """Point-to-point cost the simulator uses for `bubble.simulated` (gloo on loopback
-    here measured ~150 us latency, ~2 GB/s)."""
+    """Point-to-point cost for executor=sim, and for `bubble.simulated` when a run measured
+    no hop latency (gloo on loopback here: ~150 us latency, ~2 GB/s)."""
 
     latency_s: float = 150e-6
     bandwidth_Bps: float = 2e9
@@ -86,14 +100,14 @@ class Config:
     comm: CommConfig = field(default_factory=CommConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     pp: int = 4  # pipeline ranks N (one stage each)
-    virtual_stages: int = 1  # model chunks per rank (interleaved / V schedules; later)
+    virtual_stages: int = 1  # model chunks per rank (interleaved_1f1b; zbv and dualpipev always 2)
     microbatches: int = 8  # M per step
     microbatch_size: int = 4  # B samples per microbatch
     dp: int = 1  # data-parallel replicas of the pipeline (later)
     checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
     checkpoint_every: int = 0  # layers per checkpointed segment (only its input is kept); 0: whole stage
     verify_grads: bool = False  # compare the last step's gradients with a single-process run
-    executor: str = "native"  # native (pytorch, sim: later)
+    executor: str = "native"  # native: real processes | sim: the simulator on cost.* and comm.* (pytorch: later)
     compute: str = "real"  # real math | emulated: each op sleeps its modeled cost (cost.*)
     device: str = "auto"  # cpu | cuda | auto (cuda when there are pp x dp GPUs)
     steps: int = 5  # measured steps
@@ -102,6 +116,7 @@ class Config:
     lr: float = 0.01  # SGD learning rate
     max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
     timeout_s: float = 300.0  # a job whose workers have not finished by then fails
+    profile: str | None = None  # per-layer profile JSON: partition=profile costs; compute=emulated sleeps it
     fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
 
 
@@ -127,9 +142,9 @@ def _at_least(key: str, value: float, low: float, what: str = "an integer") -> N
 
 def validate(c: Config, cuda_devices: int = 0) -> None:
     """Everything a run needs that the schema cannot express, checked before any worker."""
-    _one_of("schedule", c.schedule.name, SCHEDULES_SUPPORTED, SCHEDULES_PLANNED)
+    _one_of("schedule", c.schedule.name, SCHEDULES)
     _one_of("model", c.model.name, MODELS)
-    _one_of("partition", c.partition.name, PARTITIONS_SUPPORTED, PARTITIONS_PLANNED)
+    _one_of("partition", c.partition.name, PARTITIONS_SUPPORTED)
     _one_of("executor", c.executor, EXECUTORS_SUPPORTED, EXECUTORS_PLANNED)
     _one_of("compute", c.compute, COMPUTE_MODES)
     _one_of("device", c.device, DEVICES)
@@ -139,10 +154,29 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     _at_least("warmup_steps", c.warmup_steps, 0)
     _at_least("model.layers", c.model.layers, 1)
     _at_least("model.hidden", c.model.hidden, 1)
+    if c.model.name == "gpt":
+        for key in ("heads", "seq", "vocab"):
+            _at_least(f"model.{key}", getattr(c.model, key), 1)
+        if c.model.hidden % c.model.heads:
+            raise ConfigError(f"model.heads={c.model.heads}: must divide model.hidden={c.model.hidden}")
+    if c.partition.name == "profile" and not c.profile:
+        raise ConfigError("partition=profile: needs profile=<per-layer profile JSON> "
+                          "(write one with `python -m harness.profile`)")
+    lps = c.partition.layers_per_stage
+    if c.partition.name == "explicit":
+        stages = c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages)
+        if not lps or len(lps) != stages:
+            raise ConfigError(f"partition.layers_per_stage={lps}: partition=explicit needs {stages} entries "
+                              f"(one per stage)")
+        if any(n < 1 for n in lps) or sum(lps) != c.model.num_layers:
+            raise ConfigError(f"partition.layers_per_stage={lps}: entries must be >= 1 and sum to the "
+                              f"model's {c.model.num_layers} layers")
     if c.lr <= 0:
         raise ConfigError(f"lr={c.lr}: must be > 0")
     if c.timeout_s <= 0:
         raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0 seconds")
+    if c.cost.time_scale <= 0:
+        raise ConfigError(f"cost.time_scale={c.cost.time_scale}: must be > 0")
     if c.cost.fwd_ms_per_layer < 0 or c.cost.bwd_over_fwd < 0:
         raise ConfigError(f"cost.fwd_ms_per_layer={c.cost.fwd_ms_per_layer}, cost.bwd_over_fwd="
                           f"{c.cost.bwd_over_fwd}: must be >= 0")
@@ -156,18 +190,23 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     if fault and not (fault.rank < c.pp * c.dp and fault.step < c.warmup_steps + c.steps):
         raise ConfigError(f"fault={c.fault}: rank or step outside this run ({c.pp * c.dp} ranks, "
                           f"{c.warmup_steps + c.steps} steps)")
-    if c.virtual_stages != 1:
-        raise ConfigError(f"virtual_stages={c.virtual_stages}: not supported yet (supported: 1)")
+    if c.schedule.name == "csv":
+        if not c.schedule.csv_path or not Path(c.schedule.csv_path).is_file():
+            raise ConfigError(f"schedule.csv_path={c.schedule.csv_path}: schedule=csv needs an existing "
+                              "compute_only CSV file (export one: python -m harness.schedules.export)")
+    elif (why := requirements(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)) is not None:
+        raise ConfigError(why)
     if c.dp != 1:
         raise ConfigError(f"dp={c.dp}: not supported yet (supported: 1)")
     _at_least("checkpoint_every", c.checkpoint_every, 0)
-    smallest = c.model.layers // (c.pp * c.virtual_stages)
+    smallest = c.model.num_layers // (c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages))
     if c.checkpointing and c.checkpoint_every > smallest:
         raise ConfigError(f"checkpoint_every={c.checkpoint_every}: more than the {smallest} layers of the "
                           f"smallest stage (allowed: 1..{smallest})")
-    if c.pp > c.model.layers:
-        raise ConfigError(f"pp={c.pp}: more stages than model.layers={c.model.layers} "
-                          f"(allowed: pp <= {c.model.layers}, or raise model.layers)")
+    stages = c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages)
+    if stages > c.model.num_layers:
+        raise ConfigError(f"pp={c.pp}: {stages} stages, more than the model's {c.model.num_layers} layers "
+                          f"(allowed: pp x chunks per rank <= {c.model.num_layers}, or raise model.layers)")
     world = c.pp * c.dp
     if world > c.max_processes:
         raise ConfigError(f"pp={c.pp} x dp={c.dp}: {world} processes, more than max_processes={c.max_processes}")

@@ -4,7 +4,7 @@ config -> plan -> execute -> metrics -> record."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -15,6 +15,7 @@ from harness.plan import Plan, make_plan
 from harness.reference import reference_losses
 from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, plot_gantt, write_json_atomic, write_trace_json
 from harness.runtime.launch import RankReport, WorkerError, run_native
+from harness.simulate.engine import simulate
 from harness.trace import Event, Trace
 
 
@@ -29,35 +30,50 @@ def to_trace(reports: list[RankReport]) -> tuple[Trace, list[tuple[int, int, flo
 
 def headline(result: dict) -> str:
     c, m = result["config"], result.get("metrics")
-    what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({c['compute']})"
+    mode = c["compute"] if c["executor"] == "native" else f"executor={c['executor']}"
+    what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
     if result["status"] != "ok":
         return f"{what}: {result['status']}: {result['error']}"
     b = m["bubble"]
-    return (f"{what}: bubble measured {b['measured']:.3f} (theory {b['theory']:.3f}, simulated "
+    theory = "n/a" if b["theory"] is None else f"{b['theory']:.3f}"
+    return (f"{what}: bubble measured {b['measured']:.3f} (theory {theory}, simulated "
             f"{b['simulated']:.3f}), step {m['step_time_s'] * 1e3:.1f} ms, "
             f"{m['throughput_samples_s']:.0f} samples/s")
 
 
-def execute(plan: Plan) -> tuple[Trace, list, list[float], list[RankReport]]:
+def simulate_steps(plan: Plan) -> Trace:
+    """executor=sim: every step simulated on the modeled costs (cost.*, comm.*), back to back."""
+    one = simulate(plan.schedule, plan.sim_cost())
+    span = max(e.end for e in one)
+    return [replace(e, step=s, start=e.start + s * span, end=e.end + s * span)
+            for s in range(plan.config.warmup_steps + plan.config.steps) for e in one]
+
+
+def execute(plan: Plan) -> tuple[Trace, list, list[float] | None, list[RankReport]]:
+    if plan.config.executor == "sim":
+        return simulate_steps(plan), [], None, []
     reports = run_native(plan)
     losses = next(r.losses for r in reports if r.losses is not None)
     return *to_trace(reports), losses, reports
 
 
 def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0) -> dict:
-    """Runs one job and writes its records; returns result.json's content. Raises
-    ConfigError (after writing a failed record) when the config cannot run."""
+    """Runs one job and writes its records; returns result.json's content. Any failure is
+    recorded and returned, never raised, except ConfigError (the config cannot run; raised
+    after its failed record is written) and KeyboardInterrupt (recorded `interrupted`)."""
     result: dict = {"status": "failed", "error": None, "config": asdict(c), "env": None, "metrics": None}
     started = time.time()
+
+    def fail(status: str, error: str) -> dict:
+        result.update(status=status, error=error, wall_s=time.time() - started)
+        write_json_atomic(out_dir / RESULT, result)
+        return result
+
     try:
         plan = make_plan(c, cuda_devices)
-    except ConfigError as e:
-        result["error"] = str(e)
-        write_json_atomic(out_dir / RESULT, result)
-        raise
-    result["env"] = environment(plan.device, plan.world)
-    result["plan"] = plan.describe()
-    try:
+        result["env"] = environment(plan.device, plan.world)
+        result["plan"] = plan.describe()
+        result["partition"] = plan.partition.describe()
         trace, memory, losses, reports = execute(plan)
         result["metrics"] = compute_metrics(plan, trace, losses, reports)
         if c.verify_grads:
@@ -66,24 +82,32 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         if plan.device == "cuda":
             result["metrics"]["memory"]["cuda_max_memory_allocated_per_stage"] = [
                 r.cuda_max_memory_allocated for r in reports]
-        result["status"] = "ok"
-    except (WorkerError, KeyboardInterrupt) as e:
-        result["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-        result["error"] = str(e) or type(e).__name__
-        result["wall_s"] = time.time() - started
-        write_json_atomic(out_dir / RESULT, result)
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        return result
-    result["wall_s"] = time.time() - started
+    except ConfigError as e:
+        if e.detail:
+            result["error_detail"] = e.detail
+        fail("failed", str(e))
+        raise
+    except KeyboardInterrupt:
+        fail("interrupted", "interrupted (Ctrl-C or SIGTERM)")
+        raise
+    except WorkerError as e:
+        return fail("failed", str(e))
+    except Exception as e:  # noqa: BLE001 - a bug in one job must not end the sweep
+        return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
+    result.update(status="ok", wall_s=time.time() - started)
     write_json_atomic(out_dir / RESULT, result)  # the source of truth, first
     write_trace_json(out_dir / TRACE, trace, memory)
     last = max(e.step for e in trace)
     b = result["metrics"]["bubble"]
-    plot_gantt(out_dir / GANTT, trace, last,
+    stage_labels = {r: ", ".join(f"layers {lo}-{hi - 1}" for s, (lo, hi) in enumerate(plan.stage_layers)
+                                 if plan.stage_rank[s] == r) for r in range(plan.world)}
+    plot_gantt(out_dir / GANTT, trace, last, stage_labels,
                f"{c.schedule.name}  pp={c.pp}  M={c.microbatches}  B={c.microbatch_size}  "
-               f"compute={c.compute}  {plan.device}/{plan.backend}  step {last}\n"
-               f"bubble measured {b['measured']:.3f}   theory {b['theory']:.3f}   simulated {b['simulated']:.3f}")
+               f"compute={c.compute}  "
+               f"{plan.device + '/' + plan.backend if c.executor == 'native' else 'executor=' + c.executor}  "
+               f"partition={c.partition.name}  step {last}\n"
+               f"bubble measured {b['measured']:.3f}   theory {b['theory'] if b['theory'] is None else round(b['theory'], 3)}"
+               f"   simulated {b['simulated']:.3f}")
     w = c.wandb
     result["wandb_dir"] = log_wandb(result, out_dir, group, name, w.mode, w.project, w.entity)
     write_json_atomic(out_dir / RESULT, result)

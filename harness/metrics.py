@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 
 from harness import theory
 from harness.plan import Plan
 from harness.schedules.ir import Kind
-from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
 from harness.trace import Trace, events_of_step, step_numbers
 
@@ -71,17 +71,15 @@ def simulated_bubble(plan: Plan, measured: Trace) -> float:
     its measured hop latency (or, with none measured, comm.latency_s + bytes / bandwidth)."""
     stages = len(plan.stage_layers)
     costs = mean_costs(measured, stages)
-    c = plan.config
     hop = hop_latency(measured)
-    nbytes = 4 * c.microbatch_size * c.model.hidden  # fp32 activation between layers
-    model = CostModel(fwd_s=tuple(costs.get("F", [0.0] * stages)), bwd_s=tuple(costs.get("B", [0.0] * stages)),
-                      input_grad_s=tuple(costs["I"]) if "I" in costs else None,
-                      weight_grad_s=tuple(costs["W"]) if "W" in costs else None,
-                      p2p_latency_s=c.comm.latency_s if hop is None else hop,
-                      p2p_bandwidth_Bps=c.comm.bandwidth_Bps if hop is None else float("inf"),
-                      message_bytes=(nbytes,) * stages)
+    model = replace(plan.sim_cost(), fwd_s=tuple(costs.get("F", [0.0] * stages)),
+                    bwd_s=tuple(costs.get("B", [0.0] * stages)),
+                    input_grad_s=tuple(costs["I"]) if "I" in costs else None,
+                    weight_grad_s=tuple(costs["W"]) if "W" in costs else None)
+    if hop is not None:
+        model = replace(model, p2p_latency_s=hop, p2p_bandwidth_Bps=float("inf"))
     sim = simulate(plan.schedule, model)
-    return statistics.fmean(bubble_per_rank(sim, c.pp))
+    return statistics.fmean(bubble_per_rank(sim, plan.config.pp))
 
 
 def grad_check(pipeline: dict[str, "torch.Tensor"], reference: dict[str, "torch.Tensor"]) -> dict:
@@ -97,7 +95,15 @@ def grad_check(pipeline: dict[str, "torch.Tensor"], reference: dict[str, "torch.
     return {"max_rel_diff": worst, "worst_param": where, "params": len(reference)}
 
 
-def compute_metrics(plan: Plan, trace: Trace, losses: list[float], reports: list) -> dict:
+def _theory(fn, *args):
+    """A closed form, or None where there is none (schedule=csv, or outside its domain)."""
+    try:
+        return fn(*args)
+    except (KeyError, ValueError):
+        return None
+
+
+def compute_metrics(plan: Plan, trace: Trace, losses: list[float] | None, reports: list) -> dict:
     c = plan.config
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
     per_step = [bubble_per_rank(events_of_step(trace, s), c.pp) for s in measured_steps]
@@ -105,26 +111,32 @@ def compute_metrics(plan: Plan, trace: Trace, losses: list[float], reports: list
     times = [step_time(events_of_step(trace, s)) for s in measured_steps]
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
+    costs = mean_costs(measured_trace, len(plan.stage_layers))
+    # measured compute per microbatch of each stage: F + B (or F + I + W)
+    stage_times = [sum(v[s] for v in costs.values()) for s in range(len(plan.stage_layers))]
     return {
         "step_time_s": st,
         "step_times_s": times,
         "throughput_samples_s": c.microbatches * c.microbatch_size * c.dp / st,
         "losses": losses,
         "bubble": {
-            "theory": theory.bubble_fraction(c.schedule.name, c.pp, c.microbatches),
+            "theory": _theory(theory.bubble_fraction, c.schedule.name, c.pp, c.microbatches, c.virtual_stages),
             "simulated": simulated_bubble(plan, measured_trace),
             "measured": statistics.fmean(per_stage),
             "measured_per_stage": per_stage,
             "measured_per_step": [statistics.fmean(b) for b in per_step],
         },
-        "memory": {
-            "peak_activation_bytes_per_stage": [r.peak_activation_bytes for r in reports],
-            "theory_peak_microbatches_per_stage": [
-                theory.peak_inflight_microbatches(c.schedule.name, c.pp, c.microbatches, r) for r in range(c.pp)],
-            "activation_bytes_per_microbatch_per_stage": [r.activation_bytes_per_microbatch for r in reports],
+        "memory": {  # measured by the workers' meters; none for executor=sim
+            "peak_activation_bytes_per_stage": [r.peak_activation_bytes for r in reports] or None,
+            # in (stage, microbatch) units: for chunked schedules one chunk's activations
+            "theory_peak_microbatches_per_stage": [_theory(theory.peak_inflight_microbatches, c.schedule.name, c.pp,
+                                                           c.microbatches, r, c.virtual_stages) for r in range(c.pp)],
+            "activation_bytes_per_microbatch_per_stage": [r.activation_bytes_per_microbatch for r in reports] or None,
         },
         "recompute_s": sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
         "p2p_hop_s": hop_latency(measured_trace),
+        "stage_time_s": stage_times,
+        "measured_imbalance": max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
         "mean_op_s": {k: v for k, v in mean_costs(measured_trace, len(plan.stage_layers)).items()
                       if k in {x.value for x in Kind}},
     }

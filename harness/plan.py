@@ -3,13 +3,19 @@ receive it whole and build their stage from it."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 
-from harness.config import Config, validate
-from harness.model import get_model
-from harness.model.partition import uniform
+import torch
+
+from harness.config import Config, ConfigError, validate
+from harness.model import Model, get_model
+from harness.model.partition import Partition, explicit, min_max, uniform
+from harness.model.profile_data import ProfileError, load_profile
 from harness.schedules.builders import build
+from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule, stage_to_rank
+from harness.schedules.validate import ScheduleError
 from harness.schedules.validate import validate as validate_schedule
 from harness.simulate.cost import CostModel
 
@@ -19,6 +25,7 @@ class Plan:
     config: Config
     schedule: Schedule
     stage_layers: tuple[tuple[int, int], ...]  # [stage] (first layer, end layer)
+    partition: Partition
     stage_rank: dict[int, int]
     emulated_cost: CostModel  # what compute=emulated sleeps, per stage
     device: str  # cpu | cuda (auto resolved)
@@ -31,9 +38,18 @@ class Plan:
     def backend(self) -> str:
         return "nccl" if self.device == "cuda" else "gloo"
 
+    def sim_cost(self) -> CostModel:
+        """The modeled costs with the configured P2P cost: what executor=sim runs on."""
+        c = self.config
+        shape = get_model(c.model).activation_shape(c.microbatch_size)
+        nbytes = 4 * math.prod(shape)  # fp32 activation / gradient between stages
+        return replace(self.emulated_cost, p2p_latency_s=c.comm.latency_s, p2p_bandwidth_Bps=c.comm.bandwidth_Bps,
+                       message_bytes=(nbytes,) * len(self.stage_layers))
+
     def describe(self) -> dict:
         return {
             "stage_layers": [list(b) for b in self.stage_layers],
+            "partition": self.partition.describe(),
             "stage_rank": {str(k): v for k, v in self.stage_rank.items()},
             "device": self.device,
             "backend": self.backend,
@@ -41,14 +57,79 @@ class Plan:
         }
 
 
+def layer_params(model: Model) -> list[int]:
+    """Parameter count per layer, built on the meta device (no memory, no init)."""
+    with torch.device("meta"):
+        return [sum(p.numel() for p in model.build_layer(i).parameters()) for i in range(model.num_layers)]
+
+
+def make_partition(c: Config, model: Model, stages: int) -> Partition:
+    """With a profile, params and flops come from it too: the profile describes the model
+    under study (a GPU model replayed by a small stand-in has the profile's layers, not the
+    stand-in's parameters)."""
+    n, method = model.num_layers, c.partition.name
+    if method == "uniform":
+        return Partition(method, uniform(n, stages), "layers", [1.0] * n)
+    if method == "explicit":
+        return Partition(method, explicit(list(c.partition.layers_per_stage), n), "layers", [1.0] * n)
+    prof = load_profile(c.profile, c.microbatch_size, n) if c.profile else None
+    if method == "params":
+        costs = [float(lc.params) for lc in prof] if prof else [float(p) for p in layer_params(model)]
+        unit = "params"
+    elif method == "flops":  # forward + backward = 3 forward
+        costs = [3 * (lc.fwd_flops if prof else model.fwd_flops(i, c.microbatch_size))
+                 for i, lc in enumerate(prof or [None] * n)]
+        unit = "flops"
+    else:  # profile: measured forward + backward seconds
+        costs, unit = [lc.fwd_s + lc.bwd_s for lc in prof], "s"
+    return Partition(method, min_max(costs, stages), unit, costs)
+
+
+def emulated_costs(c: Config, bounds: list[tuple[int, int]], num_layers: int) -> CostModel:
+    """What compute=emulated sleeps per stage: the profile's per-layer times when a profile
+    is given, else cost.fwd_ms_per_layer per layer and cost.bwd_over_fwd times that; all
+    times cost.time_scale."""
+    k = c.cost.time_scale
+    if c.profile:
+        layers = load_profile(c.profile, c.microbatch_size, num_layers)
+        fwd = tuple(k * sum(lc.fwd_s for lc in layers[a:b]) for a, b in bounds)
+        bwd = tuple(k * sum(lc.bwd_s for lc in layers[a:b]) for a, b in bounds)
+        return CostModel(fwd_s=fwd, bwd_s=bwd)
+    fwd = tuple(k * (b - a) * c.cost.fwd_ms_per_layer / 1e3 for a, b in bounds)
+    return CostModel(fwd_s=fwd, bwd_s=tuple(f * c.cost.bwd_over_fwd for f in fwd))
+
+
+def load_schedule(c: Config) -> Schedule:
+    """The built-in schedule, or the CSV file's; validated (counts, order, no deadlock)."""
+    try:
+        if c.schedule.name == "csv":
+            schedule = read_csv(c.schedule.csv_path)
+            if sorted(schedule) != list(range(c.pp)):
+                raise ConfigError(f"schedule.csv_path={c.schedule.csv_path}: {len(schedule)} rows (ranks), "
+                                  f"pp={c.pp} (allowed: one row per rank)")
+        else:
+            schedule = build(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)
+        stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
+        validate_schedule(schedule, stages, c.microbatches)
+    except ScheduleError as e:
+        first, _, grid = str(e).partition("\n")
+        where = f"schedule.csv_path={c.schedule.csv_path}" if c.schedule.name == "csv" else f"schedule={c.schedule.name}"
+        raise ConfigError(f"{where}: {first}", detail=grid) from None
+    return schedule
+
+
 def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
     """Raises ConfigError (one line) for any input that cannot run."""
     validate(c, cuda_devices)
     device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
     model = get_model(c.model)
-    bounds = tuple(uniform(model.num_layers, c.pp))
-    schedule = build(c.schedule.name, c.pp, c.microbatches)
-    validate_schedule(schedule, len(bounds), c.microbatches)  # builders are tested; this guards edits
-    fwd = tuple((end - start) * c.cost.fwd_ms_per_layer / 1e3 for start, end in bounds)
-    cost = CostModel(fwd_s=fwd, bwd_s=tuple(f * c.cost.bwd_over_fwd for f in fwd))
-    return Plan(c, schedule, bounds, stage_to_rank(schedule), cost, device)
+    schedule = load_schedule(c)
+    stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
+    if stages > model.num_layers:
+        raise ConfigError(f"schedule: {stages} stages, more than the model's {model.num_layers} layers")
+    try:
+        partition = make_partition(c, model, stages)
+        cost = emulated_costs(c, partition.bounds, model.num_layers)
+    except ProfileError as e:
+        raise ConfigError(str(e)) from None
+    return Plan(c, schedule, tuple(partition.bounds), partition, stage_to_rank(schedule), cost, device)

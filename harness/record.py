@@ -62,8 +62,9 @@ COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "
           "recv": "#dddddd"}
 
 
-def plot_gantt(path: Path, trace: Trace, step: int, title: str) -> None:
-    """The measured timeline of one step, one row per rank; F and B told apart."""
+def plot_gantt(path: Path, trace: Trace, step: int, stage_labels: dict[int, str], title: str) -> None:
+    """The measured timeline of one step, one row per rank (labelled with the layers it
+    holds: the stage boundaries); F and B told apart."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,14 +85,16 @@ def plot_gantt(path: Path, trace: Trace, step: int, title: str) -> None:
         if e.cat == COMPUTE and e.microbatch >= 0 and (e.end - e.start) * 1e3 > 0:
             ax.text((e.start - t0 + e.dur / 2) * 1e3, y, str(e.microbatch), ha="center", va="center",
                     fontsize=6, color="white")
-    ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
+    ax.set_yticks(ranks, [f"rank {r}\n{stage_labels.get(r, '')}" for r in ranks], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("ms since step start")
-    ax.set_title(title, fontsize=9)
-    ax.legend(handles=[Patch(color=COLORS[k], label=label) for k, label in
-                       (("F", "forward"), ("B", "backward"), ("recv", "waiting in recv"), ("optim", "optimizer"))],
-              loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=7, frameon=False)
-    fig.tight_layout()
+    ax.set_xlabel("ms since step start", labelpad=2)
+    ax.set_title(title, fontsize=9, loc="left")
+    labels = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weight)",
+              "R": "recompute", "recv": "waiting in recv", "optim": "optimizer"}
+    present = {e.kind for e in ev}
+    fig.legend(handles=[Patch(color=COLORS[k], label=label) for k, label in labels.items() if k in present],
+               loc="lower center", ncol=7, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

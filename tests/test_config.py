@@ -23,19 +23,26 @@ ROOT = Path(__file__).resolve().parents[1]
     ({"warmup_steps": -1}, "warmup_steps=-1: must be an integer >= 0"),
     ({"model.layers": 0}, "model.layers=0: must be an integer >= 1"),
     ({"model.hidden": -1}, "model.hidden=-1: must be an integer >= 1"),
-    ({"pp": 9}, "pp=9: more stages than model.layers=8"),
-    ({"schedule.name": "zbv"}, "schedule=zbv: not supported yet (supported: gpipe, 1f1b)"),
-    ({"schedule.name": "bogus"}, "schedule=bogus: unknown (allowed: gpipe, 1f1b)"),
-    ({"model.name": "resnet"}, "model=resnet: unknown (allowed: mlp)"),
-    ({"partition.name": "params"}, "partition=params: not supported yet"),
-    ({"executor": "pytorch"}, "executor=pytorch: not supported yet (supported: native)"),
+    ({"pp": 9}, "pp=9: 9 stages, more than the model's 8 layers"),
+    ({"model.name": "gpt", "model.heads": 3}, "model.heads=3: must divide model.hidden=32"),
+    ({"schedule.name": "bogus"}, "schedule=bogus: unknown (allowed: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv"),
+    ({"schedule.name": "interleaved_1f1b", "virtual_stages": 2, "microbatches": 9},
+     "microbatches=9: interleaved_1f1b needs M < pp=4 or a multiple"),
+    ({"schedule.name": "1f1b", "virtual_stages": 2}, "virtual_stages=2: 1f1b has no chunks (allowed: 1)"),
+    ({"schedule.name": "zbv", "virtual_stages": 3}, "virtual_stages=3: zbv places exactly 2 chunks per rank"),
+    ({"schedule.name": "dualpipev", "microbatches": 4}, "microbatches=4: dualpipev needs at least 2 * pp = 8"),
+    ({"schedule.name": "zbv", "pp": 8, "model.layers": 8}, "pp=8: 16 stages, more than the model's 8 layers"),
+    ({"schedule.name": "csv"}, "schedule.csv_path=None: schedule=csv needs an existing compute_only CSV"),
+    ({"model.name": "resnet"}, "model=resnet: unknown (allowed: mlp, gpt)"),
+    ({"partition.name": "bogus"}, "partition=bogus: unknown (allowed: uniform, params, flops, profile, explicit)"),
+    ({"cost.time_scale": 0.0}, "cost.time_scale=0.0: must be > 0"),
+    ({"executor": "pytorch"}, "executor=pytorch: not supported yet (supported: native, sim)"),
     ({"executor": "tpu"}, "executor=tpu: unknown"),
     ({"compute": "fake"}, "compute=fake: unknown (allowed: real, emulated)"),
     ({"device": "tpu"}, "device=tpu: unknown (allowed: cpu, cuda, auto)"),
     ({"device": "cuda"}, "device=cuda: pp x dp = 4 ranks need 4 CUDA devices, found 0"),
     ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
     ({"dp": 2}, "dp=2: not supported yet (supported: 1)"),
-    ({"virtual_stages": 2}, "virtual_stages=2: not supported yet (supported: 1)"),
     ({"checkpointing": True, "checkpoint_every": 3}, "checkpoint_every=3: more than the 2 layers of the smallest stage"),
     ({"lr": 0.0}, "lr=0.0: must be > 0"),
     ({"timeout_s": 0.0}, "timeout_s=0.0: must be > 0"),
@@ -58,7 +65,7 @@ def test_group_choices_are_checked_before_hydra():
     assert check_groups(["schedule=gpipe,1f1b", "pp=2"]) is None
     assert check_groups(["schedule=gpipe,nope"]) == "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, " \
         "gpipe, interleaved_1f1b, zb_h1, zbv)"
-    assert check_groups(["model=gpt2"]).startswith("model=gpt2: unknown (allowed: mlp")
+    assert check_groups(["model=gpt3"]) == "model=gpt3: unknown (allowed: gpt, gpt2_small, mlp)"
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -73,7 +80,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (["microbatch_size=-1"], "microbatch_size=-1"),
     (["schedule=nope"], "schedule=nope: unknown"),
     (["model=nope"], "model=nope: unknown"),
-    (["pp=12"], "pp=12: more stages than model.layers=8"),
+    (["pp=12"], "pp=12: 12 stages, more than the model's 8 layers"),
 ])
 def test_cli_refuses_bad_input_in_one_line_without_workers(tmp_path, args, expected):
     p = run_cli(*args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)

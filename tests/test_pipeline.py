@@ -31,9 +31,11 @@ def test_losses_equal_single_process_reference(tmp_path, config, schedule, pp):
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_emulated_bubble_matches_closed_form(tmp_path, config, schedule):
-    """Equal stages of 20 ms forward, 40 ms backward, pp=4, M=8: (N-1)/(M+N-1) = 3/11."""
+    """Equal stages of 40 ms forward, 80 ms backward, pp=4, M=8: (N-1)/(M+N-1) = 3/11.
+    (Each hop costs ~0.5-1 ms here and lies on the critical path M + N - 1 times, so
+    shorter stages measure a larger bubble: the simulator's figure shows how much.)"""
     c = config(pp=4, microbatches=8, compute="emulated", steps=2, **{"schedule.name": schedule,
-               "cost.fwd_ms_per_layer": 10.0, "model.layers": 8})
+               "cost.fwd_ms_per_layer": 20.0, "model.layers": 8})
     result = run_job(c, tmp_path, "test", "bubble")
     assert result["status"] == "ok", result["error"]
     b = result["metrics"]["bubble"]

@@ -5,29 +5,34 @@ from __future__ import annotations
 import pytest
 
 from harness import theory
-from harness.schedules.builders import BUILDERS, build
+from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
 from harness.schedules.ir import Action, Kind
 from harness.schedules.validate import ScheduleError, validate
 
 
+def grid(name: str, ns=range(1, 9), ms=range(1, 33), vs=(1, 2, 3)):
+    """Every (n, m, v) of the ranges that `name` accepts."""
+    return [(n, m, v) for n in ns for m in ms for v in vs if requirements(name, n, m, v) is None]
+
+
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_every_builder_is_valid_over_the_grid(name):
-    for n in range(1, 9):
-        for m in range(1, 33):
-            validate(build(name, n, m), n, m)
+    cases = grid(name)
+    assert len(cases) >= 100
+    for n, m, v in cases:
+        validate(build(name, n, m, v), n * chunks_per_rank(name, v), m)
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_in_flight_microbatches_match_theory(name):
-    """Count, on each rank, forwards done minus backwards done at its peak."""
-    for n in range(1, 7):
-        for m in range(1, 17):
-            for rank, acts in build(name, n, m).items():
-                live = peak = 0
-                for a in acts:
-                    live += 1 if a.kind is Kind.F else -1
-                    peak = max(peak, live)
-                assert peak == theory.peak_inflight_microbatches(name, n, m, rank), (name, n, m, rank)
+    """Count, on each rank, (stage, microbatch) pairs past F and not yet past B (or W) at its peak."""
+    for n, m, v in grid(name, range(1, 7), range(1, 17)):
+        for rank, acts in build(name, n, m, v).items():
+            live = peak = 0
+            for a in acts:
+                live += {Kind.F: 1, Kind.I: 0}.get(a.kind, -1)
+                peak = max(peak, live)
+            assert peak == theory.peak_inflight_microbatches(name, n, m, rank, v), (name, n, m, v, rank)
 
 
 def test_action_string_form_round_trips():

@@ -19,14 +19,17 @@ class MLP:
 
     @property
     def num_layers(self) -> int:
-        return self.cfg.layers
+        return self.cfg.num_layers
+
+    def build_layer(self, i: int) -> nn.Module:
+        return nn.Sequential(SplitLinear(self.cfg.hidden, self.cfg.hidden), nn.GELU())
 
     def build_layers(self, start: int, end: int, seed: int) -> nn.Sequential:
         """Layers [start, end) of the model, each from its own generator."""
         layers = []
         for i in range(start, end):
             torch.manual_seed(seed * 1_000_003 + i)
-            layers.append(nn.Sequential(SplitLinear(self.cfg.hidden, self.cfg.hidden), nn.GELU()))
+            layers.append(self.build_layer(i))
         return nn.Sequential(*layers)
 
     def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,6 +42,16 @@ class MLP:
     def activation_shape(self, microbatch_size: int) -> tuple[int, ...]:
         """Shape of the tensor between any two layers, for one microbatch."""
         return (microbatch_size, self.cfg.hidden)
+
+    def kind(self, i: int) -> str:
+        return "linear"
+
+    def input_shape(self, i: int, microbatch_size: int) -> tuple[tuple[int, ...], torch.dtype]:
+        return self.activation_shape(microbatch_size), torch.float32
+
+    def fwd_flops(self, i: int, microbatch_size: int) -> float:
+        """Forward FLOPs of one layer for one microbatch: 2 B h^2 (the GELU is noise)."""
+        return 2.0 * microbatch_size * self.cfg.hidden ** 2
 
     @staticmethod
     def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -42,15 +42,16 @@ def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, store):  # x [..., in], weight [out, in]
-        ctx.save_for_backward(x, weight)
-        ctx.bias, ctx.store = bias, store
+        ctx.save_for_backward(x)
+        # the parameters themselves, not saved copies: W sets .grad on them
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store
         return F.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, g):  # g [..., out]
-        x, weight = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.weight, ctx.bias
         grad_x = g @ weight if ctx.needs_input_grad[0] else None
-        bias = ctx.bias
 
         def weight_grad() -> tuple[torch.Tensor, torch.Tensor | None]:
             g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])

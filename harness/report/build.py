@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
+from harness.report.gallery import gallery
 from harness.report.figures import bubble_vs_microbatches, checkpointing_tradeoff, memory_per_rank, provenance
 from harness.report.load import Sweep
 
@@ -82,14 +82,15 @@ def build_report(sweep: Sweep, out: Path) -> Path:
         lines += ["", "## Not ok", ""] + [f"- `{r['run']}`: {r['status']}: {r['error']}" for r in failed]
     if sweep.corrupt:
         lines += ["", "## Corrupt or partial records (skipped)", ""] + [f"- `{p}`" for p in sweep.corrupt]
-    gantts = [r for r in sweep.runs if r["status"] == "ok" and (sweep.path / r["_dir"] / "gantt.png").exists()]
-    if gantts:
-        (out / "gantt").mkdir(exist_ok=True)
-        lines += ["", "## Gantt charts (last measured step of each run)", ""]
-        for r in sorted(gantts, key=lambda r: r["_dir"]):
-            name = r["_dir"].replace("/", "_") + ".png"
-            shutil.copyfile(sweep.path / r["_dir"] / "gantt.png", out / "gantt" / name)
-            lines += [f"### {r['_dir']}", "", f"![gantt](gantt/{name})", ""]
+    rows_g = gallery(sweep.runs, sweep.path, out / "gallery")
+    if rows_g:
+        lines += ["", "## Schedule gallery", "",
+                  "Per schedule: the simulator on the run's modeled costs, and the real run's measured timeline "
+                  "(its last measured step).", ""]
+        for label, sim_png, real_png in rows_g:
+            lines += [f"### {label}", ""]
+            lines += [f"![{label} simulated]({sim_png})" if sim_png else "(no simulation)", ""]
+            lines += [f"![{label} measured]({real_png})" if real_png else "(no measured Gantt)", ""]
     lines += ["", "Table of every run: [runs.csv](runs.csv)."]
     (out / "index.md").write_text("\n".join(lines) + "\n")
     return out / "index.md"

@@ -11,12 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import theory  # noqa: E402
 
-MARKERS = {"gpipe": "o", "1f1b": "s"}
-# Schedules at the same M are nudged apart on the log axis so their points do not hide each other.
-NUDGE = {"gpipe": 0.96, "1f1b": 1.04}
-
-
 def provenance(runs: list[dict]) -> str:
+    """How the figure's runs were made: compute mode, device, executor, and how many."""
     ok = [r for r in runs if r["status"] == "ok"]
     modes = sorted({r["config"]["compute"] for r in ok})
     devices = sorted({r["env"]["device"] for r in ok if r.get("env")})
@@ -24,39 +20,69 @@ def provenance(runs: list[dict]) -> str:
     return f"compute={','.join(modes)}  device={','.join(devices)}  executor={','.join(execs)}  runs={len(ok)}"
 
 
+SCHEDULE_ORDER = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
+
+
+def _schedule_colors(names: set[str]) -> dict[str, tuple]:
+    ordered = sorted(names, key=lambda s: (SCHEDULE_ORDER.index(s) if s in SCHEDULE_ORDER else 99, s))
+    return {s: plt.cm.tab10(i % 10) for i, s in enumerate(ordered)}
+
+
+def _label(c: dict) -> str:
+    name = c["schedule"]["name"]
+    return f"{name} v={c['virtual_stages']}" if name == "interleaved_1f1b" else name
+
+
 def bubble_vs_microbatches(runs: list[dict], path: Path) -> Path | None:
-    """Bubble against M: theory as a curve per N, measured as filled points per schedule,
-    simulated (measured op costs) as hollow points; error bars span the measured steps."""
+    """Bubble against M, one panel per pipeline depth N, one colour per schedule: its closed
+    form as a line, measured as filled points (bars: spread over measured steps), the
+    simulator on the run's measured op costs as hollow points."""
     ok = [r for r in runs if r["status"] == "ok"]
     if not ok:
         return None
     depths = sorted({r["config"]["pp"] for r in ok})
-    colors = {n: plt.cm.viridis(i / max(1, len(depths) - 1) * 0.85) for i, n in enumerate(depths)}
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    ms = sorted({r["config"]["microbatches"] for r in ok})
-    grid = list(range(min(ms), max(ms) + 1))
-    for n in depths:
-        ax.plot(grid, [theory.bubble_fraction("1f1b", n, m) for m in grid], color=colors[n], lw=1.2,
-                label=f"theory (N-1)/(M+N-1), N={n}")
-    for r in ok:
-        c, b = r["config"], r["metrics"]["bubble"]
-        n, s = c["pp"], c["schedule"]["name"]
-        m = c["microbatches"] * NUDGE.get(s, 1.0)
-        steps = b.get("measured_per_step") or [b["measured"]]
-        err = [[b["measured"] - min(steps)], [max(steps) - b["measured"]]]
-        ax.errorbar(m, b["measured"], yerr=err, fmt=MARKERS.get(s, "D"), color=colors[n], ms=6, capsize=2)
-        ax.plot(m, b["simulated"], MARKERS.get(s, "D"), mfc="none", color=colors[n], ms=10, mew=1)
-    for s in sorted({r["config"]["schedule"]["name"] for r in ok}):
-        ax.plot([], [], MARKERS.get(s, "D"), color="gray", label=f"{s} measured")
-    ax.plot([], [], "o", mfc="none", color="gray", ms=10, label="simulated (measured op costs)")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("microbatches M")
-    ax.set_ylabel("bubble fraction (idle / step window)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(f"Bubble against microbatches\n{provenance(runs)}", fontsize=9)
+    colors = _schedule_colors({_label(r["config"]) for r in ok})
+    fig, axes = plt.subplots(1, len(depths), figsize=(5.2 * len(depths), 4.2), squeeze=False, sharey=True)
+    for ax, n in zip(axes[0], depths):
+        mine = [r for r in ok if r["config"]["pp"] == n]
+        ms = sorted({r["config"]["microbatches"] for r in mine})
+        grid = list(range(min(ms), max(ms) + 1))
+        shown: set[str] = set()
+        for r in mine:
+            c = r["config"]
+            label, color = _label(c), colors[_label(c)]
+            if label not in shown:
+                shown.add(label)
+                pts = [(m, theory_or_none(c["schedule"]["name"], n, m, c["virtual_stages"])) for m in grid]
+                pts = [(m, t) for m, t in pts if t is not None]
+                if pts:
+                    ax.plot(*zip(*pts), color=color, lw=1.2, alpha=0.8)
+                ax.plot([], [], "o", color=color, label=label)
+            b = r["metrics"]["bubble"]
+            steps = b.get("measured_per_step") or [b["measured"]]
+            m = c["microbatches"]
+            ax.errorbar(m, b["measured"], yerr=[[b["measured"] - min(steps)], [max(steps) - b["measured"]]],
+                        fmt="o", color=color, ms=5, capsize=2)
+            ax.plot(m, b["simulated"], "o", mfc="none", color=color, ms=10, mew=1)
+        ax.plot([], [], "-", color="gray", label="theory (closed form)")
+        ax.plot([], [], "o", color="gray", label="measured")
+        ax.plot([], [], "o", mfc="none", color="gray", ms=10, label="simulated (measured op costs)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("microbatches M")
+        ax.set_title(f"N = {n}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("bubble fraction (idle / step window)")
+    fig.suptitle(f"Bubble against microbatches\n{provenance(ok)}", fontsize=9)
     return _save(fig, path)
+
+
+def theory_or_none(schedule: str, n: int, m: int, v: int) -> float | None:
+    try:
+        return theory.bubble_fraction(schedule, n, m, v)
+    except (KeyError, ValueError):
+        return None
 
 
 def _save(fig, path: Path) -> Path:

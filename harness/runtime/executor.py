@@ -83,11 +83,10 @@ class StageRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         deadline = start_ns + int(seconds * 1e9)
-        # sleep oversleeps ~0.1 ms; sleep to 0.3 ms before the deadline, then spin
-        while (left := deadline - time.perf_counter_ns()) > 300_000:
-            time.sleep((left - 300_000) / 1e9)
-        while time.perf_counter_ns() < deadline:
-            pass
+        # no spinning: with more ranks than cores a spinning rank steals the core a peer
+        # needs; the ~0.1 ms oversleep lands inside the action, not in the bubble
+        while (left := deadline - time.perf_counter_ns()) > 0:
+            time.sleep(left / 1e9)
 
     def _record(self, step: int, name: str, cat: str, kind: str, stage: int, mb: int, t0, t1) -> None:
         self.events.append((step, name, cat, kind, stage, mb, t0, t1))

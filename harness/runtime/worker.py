@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import traceback
 from datetime import timedelta
 from multiprocessing.queues import Queue
 
 import torch
+import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); the forkserver pays once
 import torch.distributed as dist
 
 from harness.plan import Plan
@@ -32,7 +34,9 @@ def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
         fault = parse_fault(c.fault)
         losses, events, memory, peaks, mb_bytes, grads = [], [], [], [], [], None
         total = c.warmup_steps + c.steps
+        gc.disable()  # a collection pause inside a step is jitter; collect between steps instead
         for step in range(total):
+            gc.collect()
             maybe_inject(fault, rank, step)
             runner.drop_grads = fault is not None and fault.kind == "noaccum" and (fault.rank, fault.step) == (rank, step)
             dist.barrier()  # every rank starts the step together; not inside the window
@@ -43,11 +47,10 @@ def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
             if step >= c.warmup_steps:
                 peaks.append(runner.meter.peak)
                 mb_bytes += runner.microbatch_bytes
-        chunks = sum(1 for r in plan.stage_rank.values() if r == rank)
         payload = {"events": events, "losses": losses if losses[0] is not None else None, "memory": memory,
                    "peak_activation_bytes": max(peaks),
-                   # one microbatch's activations on this rank: all its chunks together
-                   "activation_bytes_per_microbatch": chunks * sum(mb_bytes) / len(mb_bytes),
+                   # one (stage, microbatch)'s activations: with chunks, one chunk's
+                   "activation_bytes_per_microbatch": sum(mb_bytes) / len(mb_bytes),
                    # numpy, not tensors: torch's queue pickling shares tensor memory by file
                    # descriptor, which dies with this process
                    "grads": None if grads is None else {k: v.numpy() for k, v in grads.items()}}

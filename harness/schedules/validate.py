@@ -2,13 +2,13 @@
 
 A valid schedule has, for every stage s < S and microbatch i < M, exactly one F and either
 one B or one I and one W, all on the rank that owns s, with F before B/I and I before W,
-and runs to the end under the executor's P2P semantics (isend, blocking recv). Every
-error shows the whole per-rank grid with the failing step in brackets.
+and runs to the end under the executor's P2P semantics (isend, blocking recv). When two
+adjacent stages share a rank (V placement's turn, a rank's interleaved chunks), the local
+hand-off must come first in that rank's list: F(s) before F(s+1), B/I(s+1) before B/I(s).
+Every error shows the whole per-rank grid with the failing step in brackets.
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 from harness.schedules.ir import Action, Kind, Schedule, format_grid
 from harness.simulate.cost import CostModel
@@ -23,38 +23,54 @@ def _fail(schedule: Schedule, why: str, mark: dict[int, int]) -> ScheduleError:
     return ScheduleError(f"invalid schedule: {why}\n{format_grid(schedule, mark)}")
 
 
+def _local_feed(a: Action, owner: dict[int, int], rank: int, stages: int) -> list[tuple[int, Kind, int]]:
+    """The neighbour stage's actions (any one of them) that feed `a` when that stage also
+    lives on `rank`: F(s-1) for F(s), B/I(s+1) for B/I(s); empty when the input is a message."""
+    s, mb = a.stage, a.microbatch
+    if a.kind is Kind.F:
+        return [(s - 1, Kind.F, mb)] if s > 0 and owner.get(s - 1) == rank else []
+    if a.kind is Kind.W or s + 1 >= stages or owner.get(s + 1) != rank:
+        return []
+    return [(s + 1, Kind.B, mb), (s + 1, Kind.I, mb)]
+
+
 def validate(schedule: Schedule, stages: int, microbatches: int) -> None:
     """Raise ScheduleError unless `schedule` is a valid schedule of `stages` x `microbatches`."""
     owner: dict[int, int] = {}
-    seen: Counter[Action] = Counter()
+    seen: set[tuple[int, Kind, int]] = set()
     for rank in sorted(schedule):
-        done: set[tuple[int, Kind, int]] = set()
         for i, a in enumerate(schedule[rank]):
             key = (a.stage, a.kind, a.microbatch)
             if not (0 <= a.stage < stages and 0 <= a.microbatch < microbatches):
-                return_err = f"{a} is outside stages 0..{stages - 1}, microbatches 0..{microbatches - 1}"
-                raise _fail(schedule, return_err, {rank: i})
+                why = f"{a} is outside stages 0..{stages - 1}, microbatches 0..{microbatches - 1}"
+                raise _fail(schedule, why, {rank: i})
             if owner.setdefault(a.stage, rank) != rank:
                 raise _fail(schedule, f"stage {a.stage} runs on ranks {owner[a.stage]} and {rank}", {rank: i})
-            seen[a] += 1
-            if seen[a] > 1:
+            if key in seen:
                 raise _fail(schedule, f"{a} appears twice", {rank: i})
-            before = {Kind.B: Kind.F, Kind.I: Kind.F, Kind.W: Kind.I}.get(a.kind)
-            if before is not None and (a.stage, before, a.microbatch) not in done:
-                raise _fail(schedule, f"{a} comes before its {a.stage}{before.value}{a.microbatch}", {rank: i})
-            done.add(key)
+            seen.add(key)
     for s in range(stages):
         for mb in range(microbatches):
-            has = {k: seen[Action(s, k, mb)] for k in Kind}
-            split = has[Kind.I] or has[Kind.W]
-            if not has[Kind.F]:
+            if (s, Kind.F, mb) not in seen:
                 raise _fail(schedule, f"{s}F{mb} is missing", {})
-            if has[Kind.B] and split:
-                raise _fail(schedule, f"{s}{'B'}{mb} and {s}I{mb}/{s}W{mb} both present", {})
-            if not has[Kind.B] and not (has[Kind.I] and has[Kind.W]):
+            full, split = (s, Kind.B, mb) in seen, ((s, Kind.I, mb) in seen, (s, Kind.W, mb) in seen)
+            if full and any(split):
+                raise _fail(schedule, f"{s}B{mb} and {s}I{mb}/{s}W{mb} both present", {})
+            if not full and not all(split):
                 raise _fail(schedule, f"backward of stage {s} microbatch {mb} is missing (need B, or I and W)", {})
+    before = {Kind.B: Kind.F, Kind.I: Kind.F, Kind.W: Kind.I}
+    for rank in sorted(schedule):
+        done: set[tuple[int, Kind, int]] = set()
+        for i, a in enumerate(schedule[rank]):
+            own = before.get(a.kind)
+            if own is not None and (a.stage, own, a.microbatch) not in done:
+                raise _fail(schedule, f"{a} comes before its {a.stage}{own.value}{a.microbatch}", {rank: i})
+            feed = _local_feed(a, owner, rank, stages)
+            if feed and not any(x in done for x in feed):
+                feeders = "/".join(f"{s}{k.value}{mb}" for s, k, mb in feed)
+                raise _fail(schedule, f"{a} comes before {feeders}, which feeds it on the same rank", {rank: i})
+            done.add((a.stage, a.kind, a.microbatch))
     try:
         simulate(schedule, CostModel.uniform(stages))
     except Deadlock as d:
-        mark = {s.rank: s.step for s in d.stuck}
-        raise _fail(schedule, f"deadlock: {d}", mark) from None
+        raise _fail(schedule, f"deadlock: {d}", {s.rank: s.step for s in d.stuck}) from None
