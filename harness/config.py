@@ -29,8 +29,7 @@ class ConfigError(ValueError):
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
 MODELS = ("mlp", "gpt")
 PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
-EXECUTORS_SUPPORTED = ("native", "sim")
-EXECUTORS_PLANNED = ("pytorch",)
+EXECUTORS_SUPPORTED = ("native", "sim", "pytorch")
 COMPUTE_MODES = ("real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -107,7 +106,7 @@ class Config:
     checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
     checkpoint_every: int = 0  # layers per checkpointed segment (only its input is kept); 0: whole stage
     verify_grads: bool = False  # compare the last step's gradients with a single-process run
-    executor: str = "native"  # native: real processes | sim: the simulator on cost.* and comm.* (pytorch: later)
+    executor: str = "native"  # native | pytorch: torch.distributed.pipelining, same plan | sim: the simulator
     compute: str = "real"  # real math | emulated: each op sleeps its modeled cost (cost.*)
     device: str = "auto"  # cpu | cuda | auto (cuda when there are pp x dp GPUs)
     steps: int = 5  # measured steps
@@ -145,7 +144,7 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     _one_of("schedule", c.schedule.name, SCHEDULES)
     _one_of("model", c.model.name, MODELS)
     _one_of("partition", c.partition.name, PARTITIONS_SUPPORTED)
-    _one_of("executor", c.executor, EXECUTORS_SUPPORTED, EXECUTORS_PLANNED)
+    _one_of("executor", c.executor, EXECUTORS_SUPPORTED)
     _one_of("compute", c.compute, COMPUTE_MODES)
     _one_of("device", c.device, DEVICES)
     _one_of("wandb.mode", c.wandb.mode, WANDB_MODES)

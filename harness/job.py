@@ -52,7 +52,12 @@ def simulate_steps(plan: Plan) -> Trace:
 def execute(plan: Plan) -> tuple[Trace, list, list[float] | None, list[RankReport]]:
     if plan.config.executor == "sim":
         return simulate_steps(plan), [], None, []
-    reports = run_native(plan)
+    if plan.config.executor == "pytorch":
+        from harness.runtime.peer import peer_worker_main
+
+        reports = run_native(plan, peer_worker_main)
+    else:
+        reports = run_native(plan)
     losses = next(r.losses for r in reports if r.losses is not None)
     return *to_trace(reports), losses, reports
 

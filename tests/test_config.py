@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
     ({"model.name": "resnet"}, "model=resnet: unknown (allowed: mlp, gpt)"),
     ({"partition.name": "bogus"}, "partition=bogus: unknown (allowed: uniform, params, flops, profile, explicit)"),
     ({"cost.time_scale": 0.0}, "cost.time_scale=0.0: must be > 0"),
-    ({"executor": "pytorch"}, "executor=pytorch: not supported yet (supported: native, sim)"),
     ({"executor": "tpu"}, "executor=tpu: unknown"),
     ({"compute": "fake"}, "compute=fake: unknown (allowed: real, emulated)"),
     ({"device": "tpu"}, "device=tpu: unknown (allowed: cpu, cuda, auto)"),

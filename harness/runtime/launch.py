@@ -6,6 +6,7 @@ import queue
 import socket
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch.multiprocessing as mp
 
@@ -35,23 +36,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _context():
+def _context(preload: str = "harness.runtime.worker"):
     """forkserver: one server process imports torch and the worker once; each rank is then
     a fork of it (~tens of ms) instead of a fresh interpreter re-importing torch (~1 s
     each, 4-5 s for 4 ranks on 2 cores). The server forks before any thread pool or
     process group exists, so the children start clean. It lives as long as this process,
     so every job of a sweep (and of a test session) launches fast."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["harness.runtime.worker"])
+    ctx.set_forkserver_preload([preload])
     return ctx
 
 
-def run_native(plan: Plan) -> list[RankReport]:
-    """Runs the plan on plan.world ranks; raises WorkerError on the first failure."""
-    ctx = _context()
+def run_native(plan: Plan, target: Callable = worker_main) -> list[RankReport]:
+    """Runs the plan on plan.world ranks, each `target(rank, port, plan, results)`; raises
+    WorkerError on the first failure."""
+    ctx = _context(target.__module__)
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker_main, args=(r, port, plan, results), daemon=True)
+    procs = [ctx.Process(target=target, args=(r, port, plan, results), daemon=True)
              for r in range(plan.world)]
     reports: dict[int, RankReport] = {}
     deadline = time.monotonic() + plan.config.timeout_s
