@@ -1,16 +1,61 @@
-"""Hydra callbacks: a sweep's closing summary and its exit status."""
+"""Hydra callbacks: a sweep's progress (job k of n, time left) and its closing summary
+and exit status."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.record import RESULT
+
+
+def sweep_size(config: DictConfig) -> int | None:
+    """Jobs in the sweep: the product of the number of values of each swept key, the
+    command line's overriding the preset's (hydra.sweeper.params). None if unknown."""
+    try:
+        preset = config.hydra.sweeper.get("params")
+        params = OmegaConf.to_container(preset) if preset else {}
+        values = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+        counts: dict[str, int] = {}
+        for o in OverridesParser.create().parse_overrides(values):
+            counts[o.get_key_element()] = len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+        return math.prod(counts.values())
+    except Exception:  # noqa: BLE001 - progress is a nicety; a sweeper it cannot read just shows no total
+        return None
+
+
+class Progress(Callback):
+    """`[harness] job 3/12 (schedule=1f1b pp=4 microbatches=8), 25 s elapsed, ~75 s left`."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.started = 0.0
+        self.done = 0
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.total, self.started, self.done = sweep_size(config), time.monotonic(), 0
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.started:  # a single run
+            return
+        elapsed = time.monotonic() - self.started
+        of = f"/{self.total}" if self.total else ""
+        left = ""
+        if self.done and self.total:
+            left = f", ~{elapsed / self.done * (self.total - self.done):.0f} s left"
+        what = " ".join(config.hydra.overrides.task) or "defaults"
+        print(f"[harness] job {self.done + 1}{of} ({what}), {elapsed:.0f} s elapsed{left}", flush=True)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        self.done += 1
 
 
 class SweepSummary(Callback):

@@ -27,6 +27,7 @@ class ConfigError(ValueError):
 
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
+SPLIT_BACKWARD = ("zb_h1", "zbv", "dualpipev")  # I/W schedules
 MODELS = ("mlp", "gpt")
 PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
 EXECUTORS_SUPPORTED = ("native", "sim", "pytorch")
@@ -102,7 +103,8 @@ class Config:
     virtual_stages: int = 1  # model chunks per rank (interleaved_1f1b; zbv and dualpipev always 2)
     microbatches: int = 8  # M per step
     microbatch_size: int = 4  # B samples per microbatch
-    dp: int = 1  # data-parallel replicas of the pipeline (later)
+    dp: int = 1  # data-parallel replicas of the pipeline (world = pp x dp), DDP per stage
+    global_batch: int | None = None  # samples per step over all replicas; sets microbatch_size = it / (dp x M)
     checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
     checkpoint_every: int = 0  # layers per checkpointed segment (only its input is kept); 0: whole stage
     verify_grads: bool = False  # compare the last step's gradients with a single-process run
@@ -114,7 +116,9 @@ class Config:
     seed: int = 0  # model init and data
     lr: float = 0.01  # SGD learning rate
     max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
-    timeout_s: float = 300.0  # a job whose workers have not finished by then fails
+    timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
+    resume: bool = False  # in an existing sweep dir: skip jobs whose result.json says ok
+    debug: bool = False  # show tracebacks instead of one-line errors
     profile: str | None = None  # per-layer profile JSON: partition=profile costs; compute=emulated sleeps it
     fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
 
@@ -172,7 +176,7 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
                               f"model's {c.model.num_layers} layers")
     if c.lr <= 0:
         raise ConfigError(f"lr={c.lr}: must be > 0")
-    if c.timeout_s <= 0:
+    if c.timeout_s is not None and c.timeout_s <= 0:
         raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0 seconds")
     if c.cost.time_scale <= 0:
         raise ConfigError(f"cost.time_scale={c.cost.time_scale}: must be > 0")
@@ -195,8 +199,15 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
                               "compute_only CSV file (export one: python -m harness.schedules.export)")
     elif (why := requirements(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)) is not None:
         raise ConfigError(why)
-    if c.dp != 1:
-        raise ConfigError(f"dp={c.dp}: not supported yet (supported: 1)")
+    if c.global_batch is not None:
+        if c.global_batch < 1 or c.global_batch % (c.dp * c.microbatches):
+            raise ConfigError(f"global_batch={c.global_batch}: must split evenly into dp={c.dp} x "
+                              f"microbatches={c.microbatches} microbatches (allowed: multiples of "
+                              f"{c.dp * c.microbatches})")
+    if c.dp > 1 and c.schedule.name in SPLIT_BACKWARD:
+        raise ConfigError(f"dp={c.dp}: schedule={c.schedule.name} defers weight gradients past the backward, "
+                          f"where DDP's gradient hooks never see them (allowed with dp > 1: gpipe, 1f1b, "
+                          "interleaved_1f1b, or dp=1)")
     _at_least("checkpoint_every", c.checkpoint_every, 0)
     smallest = c.model.num_layers // (c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages))
     if c.checkpointing and c.checkpoint_every > smallest:

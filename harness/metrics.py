@@ -11,7 +11,8 @@ from collections import defaultdict
 from dataclasses import replace
 
 from harness import theory
-from harness.plan import Plan
+from harness.model import get_model
+from harness.plan import Plan, layer_params
 from harness.schedules.ir import Kind
 from harness.simulate.engine import simulate
 from harness.trace import Trace, events_of_step, step_numbers
@@ -22,14 +23,20 @@ def window(trace: Trace) -> tuple[float, float]:
     return min(e.start for e in ev), max(e.end for e in ev)
 
 
-def bubble_per_rank(step_trace: Trace, ranks: int) -> list[float]:
-    """Idle fraction of each rank over one step's window."""
-    t0, t1 = window(step_trace)
+def bubble_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> list[float]:
+    """Idle fraction of each rank over one step's window. With dp replicas (global rank =
+    replica * pp + pipeline rank) each pipeline has its own window: one replica starting
+    late is the gradient sync's cost (dp_sync), not its peers' bubble."""
+    pp = pp or ranks
     busy = [0.0] * ranks
     for e in step_trace:
         if e.in_window:
             busy[e.rank] += e.dur
-    return [1.0 - b / (t1 - t0) for b in busy]
+    out = []
+    for d in range(ranks // pp):
+        t0, t1 = window([e for e in step_trace if e.rank // pp == d])
+        out += [1.0 - busy[r] / (t1 - t0) for r in range(d * pp, (d + 1) * pp)]
+    return out
 
 
 def step_time(step_trace: Trace) -> float:
@@ -95,6 +102,34 @@ def grad_check(pipeline: dict[str, "torch.Tensor"], reference: dict[str, "torch.
     return {"max_rel_diff": worst, "worst_param": where, "params": len(reference)}
 
 
+def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
+    """Median over steps of the longest per-rank total of gradient-sync tails (dp_sync
+    events: from the last bucket's all-reduce launch to the end of the backward)."""
+    if plan.config.dp == 1:
+        return None
+    per_step = []
+    for s in steps:
+        totals: dict[int, float] = defaultdict(float)
+        for e in trace:
+            if e.step == s and e.kind == "dp_sync":
+                totals[e.rank] += e.dur
+        per_step.append(max(totals.values(), default=0.0))
+    return statistics.median(per_step)
+
+
+def ring_allreduce_s(plan: Plan) -> float:
+    """Ring all-reduce of the largest pipeline rank's fp32 gradients over dp replicas:
+    2 (dp - 1) steps of latency, and 2 (dp - 1) / dp of the bytes over the link
+    (Patarasuk & Yuan 2009), with comm.latency_s and comm.bandwidth_Bps."""
+    c = plan.config
+    params = layer_params(get_model(c.model))
+    per_rank = defaultdict(int)
+    for s, (a, b) in enumerate(plan.stage_layers):
+        per_rank[plan.stage_rank[s]] += sum(params[a:b])
+    nbytes = 4 * max(per_rank.values())
+    return 2 * (c.dp - 1) * c.comm.latency_s + 2 * (c.dp - 1) / c.dp * nbytes / c.comm.bandwidth_Bps
+
+
 def _theory(fn, *args):
     """A closed form, or None where there is none (schedule=csv, or outside its domain)."""
     try:
@@ -106,14 +141,18 @@ def _theory(fn, *args):
 def compute_metrics(plan: Plan, trace: Trace, losses: list[float] | None, reports: list) -> dict:
     c = plan.config
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
-    per_step = [bubble_per_rank(events_of_step(trace, s), c.pp) for s in measured_steps]
-    per_stage = [statistics.fmean(b[r] for b in per_step) for r in range(c.pp)]
+    world = c.pp * c.dp if c.executor != "sim" else c.pp
+    per_step = [bubble_per_rank(events_of_step(trace, s), world, c.pp) for s in measured_steps]
+    per_rank = [statistics.fmean(b[r] for b in per_step) for r in range(world)]
+    # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
+    per_stage = [statistics.fmean(per_rank[p::c.pp]) for p in range(c.pp)]
     times = [step_time(events_of_step(trace, s)) for s in measured_steps]
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
     costs = mean_costs(measured_trace, len(plan.stage_layers))
     # measured compute per microbatch of each stage: F + B (or F + I + W)
     stage_times = [sum(v[s] for v in costs.values()) for s in range(len(plan.stage_layers))]
+    sync = dp_sync(plan, measured_trace, measured_steps)
     return {
         "step_time_s": st,
         "step_times_s": times,
@@ -125,13 +164,18 @@ def compute_metrics(plan: Plan, trace: Trace, losses: list[float] | None, report
             "measured": statistics.fmean(per_stage),
             "measured_per_stage": per_stage,
             "measured_per_step": [statistics.fmean(b) for b in per_step],
+            "measured_per_rank": per_rank,
         },
+        "dp_sync_s": sync,
+        "dp_sync_share": None if sync is None else sync / st,
+        "dp_sync_theory_s": ring_allreduce_s(plan) if c.dp > 1 else None,
         "memory": {  # measured by the workers' meters; none for executor=sim
-            "peak_activation_bytes_per_stage": [r.peak_activation_bytes for r in reports] or None,
+            "peak_activation_bytes_per_stage": [r.peak_activation_bytes for r in reports[:c.pp]] or None,
             # in (stage, microbatch) units: for chunked schedules one chunk's activations
             "theory_peak_microbatches_per_stage": [_theory(theory.peak_inflight_microbatches, c.schedule.name, c.pp,
                                                            c.microbatches, r, c.virtual_stages) for r in range(c.pp)],
-            "activation_bytes_per_microbatch_per_stage": [r.activation_bytes_per_microbatch for r in reports] or None,
+            "activation_bytes_per_microbatch_per_stage": [r.activation_bytes_per_microbatch
+                                                          for r in reports[:c.pp]] or None,
         },
         "recompute_s": sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
         "p2p_hop_s": hop_latency(measured_trace),

@@ -18,6 +18,7 @@ from harness.schedules.ir import Schedule, stage_to_rank
 from harness.schedules.validate import ScheduleError
 from harness.schedules.validate import validate as validate_schedule
 from harness.simulate.cost import CostModel
+from harness.simulate.engine import simulate
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,13 @@ def load_schedule(c: Config) -> Schedule:
 def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
     """Raises ConfigError (one line) for any input that cannot run."""
     validate(c, cuda_devices)
+    if c.global_batch is not None:  # fixed global batch: the microbatch follows dp and M
+        c = replace(c, microbatch_size=c.global_batch // (c.dp * c.microbatches))
     device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
     model = get_model(c.model)
     schedule = load_schedule(c)
+    if c.dp > 1 and any(a.kind.value in "IW" for acts in schedule.values() for a in acts):
+        raise ConfigError(f"dp={c.dp}: this schedule splits I and W; DDP syncs only a full backward (use dp=1)")
     stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
     if stages > model.num_layers:
         raise ConfigError(f"schedule: {stages} stages, more than the model's {model.num_layers} layers")
@@ -132,4 +137,7 @@ def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
         cost = emulated_costs(c, partition.bounds, model.num_layers)
     except ProfileError as e:
         raise ConfigError(str(e)) from None
+    if c.timeout_s is None:  # 60 s to start, then 10x the modeled run: a hang ends, a slow run does not
+        step_s = max(e.end for e in simulate(schedule, cost))
+        c = replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1))
     return Plan(c, schedule, tuple(partition.bounds), partition, stage_to_rank(schedule), cost, device)

@@ -42,24 +42,30 @@ def environment(device: str, world: int) -> dict:
             "cpu_count": os.cpu_count()}
 
 
-def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = ()) -> None:
-    """Chrome trace-event JSON: one track per rank, one complete event per action, and a
-    counter track per rank of activation bytes held (memory: (rank, step, s, bytes))."""
-    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "pipeline (dp replica 0)"}}]
-    for r in sorted({e.rank for e in trace}):
-        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
+def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = (), pp: int = 0) -> None:
+    """Chrome trace-event JSON: one process per dp replica, one track per rank in it, one
+    complete event per action, and a counter track per rank of activation bytes held
+    (memory: (rank, step, s, bytes)). Global rank = replica * pp + pipeline rank."""
+    ranks = sorted({e.rank for e in trace})
+    pp = pp or len(ranks)
+    events: list[dict] = []
+    for d in sorted({r // pp for r in ranks}):
+        events.append({"ph": "M", "name": "process_name", "pid": d, "args": {"name": f"pipeline (dp replica {d})"}})
+    for r in ranks:
+        events.append({"ph": "M", "name": "thread_name", "pid": r // pp, "tid": r,
+                       "args": {"name": f"rank {r} (pipeline rank {r % pp})"}})
     for e in trace:
-        events.append({"ph": "X", "name": e.name, "cat": e.cat, "pid": 0, "tid": e.rank,
+        events.append({"ph": "X", "name": e.name, "cat": e.cat, "pid": e.rank // pp, "tid": e.rank,
                        "ts": e.start * 1e6, "dur": e.dur * 1e6,  # microseconds
                        "args": {"step": e.step, "kind": e.kind, "stage": e.stage, "microbatch": e.microbatch}})
     for rank, _step, t, nbytes in memory:
-        events.append({"ph": "C", "name": f"activations rank {rank}", "pid": 0, "tid": rank, "ts": t * 1e6,
+        events.append({"ph": "C", "name": f"activations rank {rank}", "pid": rank // pp, "tid": rank, "ts": t * 1e6,
                        "args": {"MiB": nbytes / 2**20}})
     write_json_atomic(path, {"traceEvents": events, "displayTimeUnit": "ms"})
 
 
 COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "#dd8452", "optim": "#555555",
-          "recv": "#dddddd"}
+          "recv": "#dddddd", "dp_sync": "#c44e52"}
 
 
 def plot_gantt(path: Path, trace: Trace, step: int, stage_labels: dict[int, str], title: str) -> None:
@@ -90,7 +96,7 @@ def plot_gantt(path: Path, trace: Trace, step: int, stage_labels: dict[int, str]
     ax.set_xlabel("ms since step start", labelpad=2)
     ax.set_title(title, fontsize=9, loc="left")
     labels = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weight)",
-              "R": "recompute", "recv": "waiting in recv", "optim": "optimizer"}
+              "R": "recompute", "recv": "waiting in recv", "dp_sync": "gradient all-reduce", "optim": "optimizer"}
     present = {e.kind for e in ev}
     fig.legend(handles=[Patch(color=COLORS[k], label=label) for k, label in labels.items() if k in present],
                loc="lower center", ncol=7, fontsize=7, frameon=False)
@@ -101,25 +107,72 @@ def plot_gantt(path: Path, trace: Trace, step: int, stage_labels: dict[int, str]
 
 def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, project: str,
               entity: str | None) -> str | None:
-    """One wandb run per job; imported only when enabled. Returns the run's directory."""
+    """One wandb run per job, wandb imported only when enabled; returns the run's directory
+    (offline, the default: <job dir>/wandb/offline-run-*/, what `wandb sync` takes).
+
+    group = sweep name, job_type = schedule, name = the job's override string, config = the
+    resolved config. Summary: `status`, `error`, `wall_s`, and every leaf of result.json's
+    `metrics` under its path joined by "/" (`bubble/measured`, `memory/peak_activation_bytes_per_stage`),
+    lists kept whole as in result.json, plus `<key>/max` for each list of numbers (a scalar a
+    chart can plot: the fullest or slowest rank, the worst step). History: `loss` per step,
+    warm-up included. Media: `gantt` (image), `stages` (table, one row per rank), and
+    trace.json as an artifact of type `trace`."""
     if mode == "disabled":
         return None
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
-    cfg = result["config"]
+    def flat(d: dict, prefix: str = "") -> dict:
+        out: dict = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out |= flat(v, f"{prefix}{k}/")
+                continue
+            out[prefix + k] = v
+            if k != "losses" and isinstance(v, list) and v and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                out[f"{prefix}{k}/max"] = max(v)
+        return out
+
+    cfg, m = result["config"], result.get("metrics")
+    # console off and no system stats: the job has finished when this runs, so wandb would
+    # sample nothing but itself
+    settings = wandb.Settings(console="off", x_disable_stats=True, save_code=False)
     run = wandb.init(project=project, entity=entity, mode=mode, dir=str(out_dir), group=group, name=name,
-                     job_type=cfg["schedule"]["name"], config=cfg, reinit="finish_previous")
+                     job_type=cfg["schedule"]["name"], config=cfg, settings=settings, reinit="finish_previous")
     try:
-        m = result["metrics"]
-        summary = {"step_time_s": m["step_time_s"], "throughput_samples_s": m["throughput_samples_s"],
-                   "bubble/theory": m["bubble"]["theory"], "bubble/simulated": m["bubble"]["simulated"],
-                   "bubble/measured": m["bubble"]["measured"]}
-        for i, loss in enumerate(m["losses"]):
+        run.summary.update({"status": result["status"], "error": result.get("error"),
+                            "wall_s": result.get("wall_s"), **flat(m or {})})
+        if not m:
+            return str(Path(run.dir).parent)
+        for i, loss in enumerate(m.get("losses") or []):
             run.log({"loss": loss}, step=i)
-        run.summary.update(summary)
+        media: dict = {}
         if (out_dir / GANTT).exists():
-            run.log({"gantt": wandb.Image(str(out_dir / GANTT))})
-        return run.dir
+            media["gantt"] = wandb.Image(str(out_dir / GANTT))
+        if plan := result.get("plan"):
+            ops, peaks = m.get("mean_op_s") or {}, (m.get("memory") or {}).get("peak_activation_bytes_per_stage")
+
+            def op_s(kinds: str, stages: list[int]) -> float | None:
+                """Mean seconds per microbatch of these kinds over a rank's stages (chunks)."""
+                present = [k for k in kinds if k in ops]
+                return sum(ops[k][s] for k in present for s in stages) if present else None
+
+            rows = []
+            for rank, bubble in enumerate(m["bubble"]["measured_per_stage"]):
+                stages = sorted(int(s) for s, r in plan["stage_rank"].items() if r == rank)
+                layers = ", ".join(f"{lo}-{hi - 1}" for lo, hi in (plan["stage_layers"][s] for s in stages))
+                # backward: B, or input + weight gradient (I + W) for the split, zero-bubble schedules
+                rows.append([rank, layers, bubble, peaks[rank] if peaks else None, op_s("F", stages),
+                             op_s("BIW", stages)])
+            media["stages"] = wandb.Table(columns=["rank", "layers", "bubble_measured", "peak_activation_bytes",
+                                                   "mean_fwd_s", "mean_bwd_s"], data=rows)
+        if media:
+            run.log(media)
+        if (out_dir / TRACE).exists():
+            art = wandb.Artifact(f"trace-{run.id}", type="trace", description="Perfetto trace of the job")
+            art.add_file(str(out_dir / TRACE))
+            run.log_artifact(art)
+        return str(Path(run.dir).parent)
     finally:
         run.finish()

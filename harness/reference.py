@@ -18,7 +18,7 @@ def reference_losses(c: Config) -> tuple[list[float], dict[str, torch.Tensor]]:
     opt = torch.optim.SGD(net.parameters(), lr=c.lr)
     losses, grads = [], {}
     for step in range(c.warmup_steps + c.steps):
-        x, y = model.batch(c.seed, step, c.microbatches * c.microbatch_size)
+        x, y = model.batch(c.seed, step, c.dp * c.microbatches * c.microbatch_size)  # the global batch
         loss = model.loss(net(x), y)
         loss.backward()
         losses.append(loss.item())

@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
     ({"device": "tpu"}, "device=tpu: unknown (allowed: cpu, cuda, auto)"),
     ({"device": "cuda"}, "device=cuda: pp x dp = 4 ranks need 4 CUDA devices, found 0"),
     ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
-    ({"dp": 2}, "dp=2: not supported yet (supported: 1)"),
     ({"checkpointing": True, "checkpoint_every": 3}, "checkpoint_every=3: more than the 2 layers of the smallest stage"),
     ({"lr": 0.0}, "lr=0.0: must be > 0"),
     ({"timeout_s": 0.0}, "timeout_s=0.0: must be > 0"),
@@ -80,6 +79,10 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (["schedule=nope"], "schedule=nope: unknown"),
     (["model=nope"], "model=nope: unknown"),
     (["pp=12"], "pp=12: 12 stages, more than the model's 8 layers"),
+    (["pp=abc"], "pp=abc: must be an integer"),
+    (["ppp=2"], "ppp=2: unknown key (did you mean pp?)"),
+    (["checkpointing=maybe"], "checkpointing=maybe: must be true or false"),
+    (["schedule=dualpipev", "microbatches=2"], "microbatches=2: dualpipev needs at least 2 * pp = 8"),
 ])
 def test_cli_refuses_bad_input_in_one_line_without_workers(tmp_path, args, expected):
     p = run_cli(*args, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)

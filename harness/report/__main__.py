@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sweep = load_sweep(path)
     index = build_report(sweep, args.out / sweep.name)
-    print(f"harness.report: {len(sweep.runs)} runs ({len(sweep.corrupt)} corrupt) -> {index}")
+    print(f"harness.report: {len(sweep.runs)} runs ({len(sweep.corrupt)} corrupt) -> {index} "
+          f"and {index.with_suffix('.html').name}")
     return 0
 
 

@@ -1,96 +1,93 @@
-"""reports/<sweep>/: index.md (a table of every run, figures), runs.csv, figures."""
+"""reports/<sweep>/: index.md and a self-contained index.html saying the same, runs.csv, and
+every figure as PNG + SVG. The report is a list of sections, each from one small function."""
 
 from __future__ import annotations
 
-import csv
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from harness.report import partition
+from harness.report.bubble import bubble_vs_microbatches, measured_vs_theory
+from harness.report.doc import Block, Heading, Image, Items, Text, markdown
+from harness.report.figures import Figure, provenance
 from harness.report.gallery import gallery
-from harness.report.figures import bubble_vs_microbatches, checkpointing_tradeoff, memory_per_rank, provenance
+from harness.report.html import page
 from harness.report.load import Sweep
-
-COLUMNS = ["run", "status", "schedule", "pp", "microbatches", "microbatch_size", "compute", "device",
-           "checkpointing", "step_time_s", "throughput_samples_s", "bubble_theory", "bubble_simulated",
-           "bubble_measured", "peak_activation_bytes_max", "recompute_s", "final_loss", "error"]
-
-
-def row(run: dict) -> dict:
-    c, m = run["config"], run.get("metrics") or {}
-    b = m.get("bubble", {})
-    return {
-        "run": run["_dir"], "status": run["status"], "schedule": c["schedule"]["name"], "pp": c["pp"],
-        "microbatches": c["microbatches"], "microbatch_size": c["microbatch_size"], "compute": c["compute"],
-        "device": (run.get("env") or {}).get("device", c["device"]),
-        "step_time_s": m.get("step_time_s"), "throughput_samples_s": m.get("throughput_samples_s"),
-        "bubble_theory": b.get("theory"), "bubble_simulated": b.get("simulated"),
-        "bubble_measured": b.get("measured"), "final_loss": (m.get("losses") or [None])[-1],
-        "checkpointing": c.get("checkpointing", False),
-        "peak_activation_bytes_max": max((m.get("memory") or {}).get("peak_activation_bytes_per_stage") or [None],
-                                         key=lambda v: v or 0),
-        "recompute_s": m.get("recompute_s"),
-        "error": run.get("error"),
-    }
+from harness.report.memory import checkpointing_tradeoff, memory_per_rank
+from harness.report.runs import ok
+from harness.report.tables import summary, write_csv
+from harness.report.throughput import dp_scaling, throughput
 
 
-def _fmt(v: object) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v).replace("|", "\\|")
+def figure_section(fig: Figure) -> list[Block]:
+    blocks: list[Block] = [Heading(fig.title), Text(fig.caption)]
+    if fig.path:
+        blocks += [Image(fig.path.name, fig.title),
+                   Text(f"Made from: {fig.held}. SVG: `{fig.path.with_suffix('.svg').name}`.")]
+    return blocks + ([Items([f"Not drawn: {m}" for m in fig.missing])] if fig.missing else [])
+
+
+def safely(make: Callable[[list[dict], Path], Figure], runs: list[dict], out: Path) -> Figure:
+    """A figure that fails says so in the report and on stderr; the rest of the report stands."""
+    try:
+        return make(runs, out)
+    except Exception as e:  # noqa: BLE001 - records from another version of the harness, or a bug here
+        print(f"harness.report: warning: {make.__name__}: {type(e).__name__}: {e}", file=sys.stderr)
+        return Figure(make.__name__.replace("_", " ").capitalize(), "", [],
+                      missing=[f"failed: {type(e).__name__}: {e}"])
+
+
+def header(sweep: Sweep) -> list[Block]:
+    good = ok(sweep.runs)
+    return [Heading(f"Sweep `{sweep.name}`", 1), Text(f"Source: `{sweep.path}`"),
+            Text(f"How the runs were made: {provenance(sweep.runs)}"),
+            Text(f"{len(good)} ok, {len(sweep.runs) - len(good)} not ok, {len(sweep.corrupt)} corrupt or partial "
+                 "records. Every record, one row each: `runs.csv` beside this page.")]
+
+
+def problems(sweep: Sweep) -> list[Block]:
+    """Failed and interrupted runs with their error, and records that could not be read."""
+    blocks: list[Block] = []
+    if bad := [r for r in sweep.runs if r["status"] != "ok"]:
+        blocks += [Heading("Not ok"), Items([f"`{r['_dir']}`: {r['status']}: {r.get('error')}" for r in bad])]
+    if sweep.corrupt:
+        blocks += [Heading("Corrupt or partial records (skipped)"),
+                   Items([f"`{f}`: {why}" for f, why in sweep.corrupt])]
+    return blocks
+
+
+def partition_section(runs: list[dict], out: Path) -> list[Block]:
+    return figure_section(safely(partition.partition_figure, runs, out)) + partition.tables(runs)
+
+
+def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
+    blocks: list[Block] = [Heading("Schedule gallery"),
+                           Text("Per schedule, its run with the most microbatches up to 16: the simulator on the "
+                                "run's modeled costs, and the run's measured timeline (its last measured step).")]
+    entries = gallery(sweep.runs, sweep.path, out / "gallery")
+    if not entries:
+        return blocks + [Items(["Not drawn: no run finished ok"])]
+    for e in entries:
+        blocks += [Heading(e.label, 3), Text(f"Made from: {provenance([e.run])}; run `{e.run['_dir']}`.")]
+        blocks += [Image(p, f"{e.label} {what}") for p, what in ((e.simulated, "simulated"), (e.measured, "measured"))
+                   if p]
+        blocks += [Items(e.missing)] if e.missing else []
+    return blocks
+
+
+FIGURES = (bubble_vs_microbatches, measured_vs_theory, memory_per_rank, throughput, checkpointing_tradeoff,
+           dp_scaling)
 
 
 def build_report(sweep: Sweep, out: Path) -> Path:
+    """Writes the report into out; returns index.md (index.html beside it)."""
     out.mkdir(parents=True, exist_ok=True)
-    rows = sorted((row(r) for r in sweep.runs), key=lambda r: (r["schedule"], r["pp"], r["microbatches"]))
-    with open(out / "runs.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    fig = bubble_vs_microbatches(sweep.runs, out / "bubble_vs_microbatches.png")
-    ok = [r for r in rows if r["status"] == "ok"]
-    lines = [f"# Sweep `{sweep.name}`", "",
-             f"Source: `{sweep.path}`  ", f"{provenance(sweep.runs)}  ",
-             f"{len(ok)} ok, {len(rows) - len(ok)} not ok, {len(sweep.corrupt)} corrupt records.", ""]
-    if fig:
-        lines += ["## Bubble against microbatches", "",
-                  "Lines: closed form (N-1)/(M+N-1) for GPipe and 1F1B. Filled markers: measured (mean "
-                  "idle fraction of the step window over ranks; bars span the measured steps). Hollow: the "
-                  "simulator fed with each run's own measured op costs and hop latency.", "",
-                  f"![bubble against microbatches]({fig.name})", ""]
-    else:
-        lines += ["No run finished ok: no figure.", ""]
-    mem = memory_per_rank(sweep.runs, out / "memory_per_rank.png")
-    lines += ["## Activation memory per rank", ""]
-    lines += ([f"Measured peak bytes held for backward (saved tensors + kept inputs) per rank; black ticks: "
-               f"the schedule's in-flight microbatches x measured bytes per microbatch.", "",
-               f"![memory per rank]({mem.name})", ""] if mem else ["No run with memory measurements.", ""])
-    ckpt = checkpointing_tradeoff(sweep.runs, out / "checkpointing.png")
-    if ckpt:
-        lines += ["## Checkpointing trade-off", "", f"![checkpointing]({ckpt.name})", ""]
-    head = ["run", "status", "schedule", "pp", "M", "B", "compute", "step ms", "samples/s",
-            "bubble theory", "simulated", "measured"]
-    lines += ["## Runs", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        st = None if r["step_time_s"] is None else r["step_time_s"] * 1e3
-        cells = [r["run"], r["status"], r["schedule"], r["pp"], r["microbatches"], r["microbatch_size"],
-                 r["compute"], st, r["throughput_samples_s"], r["bubble_theory"], r["bubble_simulated"],
-                 r["bubble_measured"]]
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    failed = [r for r in rows if r["status"] != "ok"]
-    if failed:
-        lines += ["", "## Not ok", ""] + [f"- `{r['run']}`: {r['status']}: {r['error']}" for r in failed]
-    if sweep.corrupt:
-        lines += ["", "## Corrupt or partial records (skipped)", ""] + [f"- `{p}`" for p in sweep.corrupt]
-    rows_g = gallery(sweep.runs, sweep.path, out / "gallery")
-    if rows_g:
-        lines += ["", "## Schedule gallery", "",
-                  "Per schedule: the simulator on the run's modeled costs, and the real run's measured timeline "
-                  "(its last measured step).", ""]
-        for label, sim_png, real_png in rows_g:
-            lines += [f"### {label}", ""]
-            lines += [f"![{label} simulated]({sim_png})" if sim_png else "(no simulation)", ""]
-            lines += [f"![{label} measured]({real_png})" if real_png else "(no measured Gantt)", ""]
-    lines += ["", "Table of every run: [runs.csv](runs.csv)."]
-    (out / "index.md").write_text("\n".join(lines) + "\n")
+    write_csv(sweep, out / "runs.csv")
+    blocks = header(sweep) + [Heading("Runs"), *summary(sweep.runs)] + problems(sweep)
+    for make in FIGURES:
+        blocks += figure_section(safely(make, sweep.runs, out))
+    blocks += partition_section(sweep.runs, out) + gallery_section(sweep, out)
+    (out / "index.md").write_text(markdown(blocks))
+    (out / "index.html").write_text(page(blocks, f"Sweep {sweep.name}", out))
     return out / "index.md"

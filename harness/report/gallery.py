@@ -1,56 +1,113 @@
 """Schedule gallery: per schedule in a sweep, the simulator's Gantt on the run's modeled
-costs beside the Gantt the real run measured."""
+costs beside the Gantt the real run measured (redrawn from its trace.json)."""
 
 from __future__ import annotations
 
+import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from harness.config import Config
 from harness.plan import make_plan
-from harness.record import plot_gantt
+from harness.record import GANTT, TRACE, plot_gantt
+from harness.report.figures import schedule_order
+from harness.report.runs import ok, schedule_label
 from harness.simulate.engine import simulate
+from harness.trace import Event, Trace
+
+
+@dataclass
+class Entry:
+    label: str
+    run: dict
+    simulated: str | None = None  # PNG relative to the report directory (an SVG beside it)
+    measured: str | None = None
+    missing: list[str] = field(default_factory=list)
 
 
 def config_of(run: dict) -> Config:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), run["config"]))
 
 
-def gallery(runs: list[dict], sweep: Path, out: Path) -> list[tuple[str, str | None, str | None]]:
-    """[(schedule label, simulated png, measured png)], relative to `out`: for each schedule,
-    its run with the most microbatches up to 16 (the most readable chart)."""
-    out.mkdir(parents=True, exist_ok=True)
+def read_trace(path: Path) -> Trace:
+    """trace.json (record.write_trace_json) back into events."""
+    return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
+                  e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+
+
+def rank_labels(stage_layers: list, stage_rank: dict, ranks: int) -> dict[int, str]:
+    """rank -> the layers it holds (the stage boundaries), drawn beside each Gantt row; a dp
+    replica's rank holds what its pipeline rank (rank % pp) holds."""
+    pp = max(stage_rank.values(), default=0) + 1
+    return {k: ", ".join(f"layers {a}-{b - 1}" for s, (a, b) in enumerate(stage_layers) if stage_rank[s] == k % pp)
+            for k in range(ranks)}
+
+
+def _plot(path: Path, trace: Trace, step: int, labels: dict[int, str], title: str) -> None:
+    for p in (path, path.with_suffix(".svg")):  # plot_gantt writes one file, in its suffix's format
+        plot_gantt(p, trace, step, labels, title)
+
+
+def _pick(runs: list[dict]) -> dict[str, dict]:
+    """Per schedule, its run with the most microbatches up to 16 (the most readable chart; then
+    the fewest above 16), the deepest pipeline among those, in the schedules' usual order."""
+    def rank(r: dict) -> tuple:
+        m = r["config"]["microbatches"]
+        return m <= 16, m if m <= 16 else -m, r["config"]["pp"]
+
     best: dict[str, dict] = {}
     for r in runs:
-        if r["status"] != "ok":
-            continue
-        c = r["config"]
-        label = c["schedule"]["name"] + (f" v={c['virtual_stages']}" if c["virtual_stages"] > 1 else "")
-        m = c["microbatches"]
-        old = best.get(label)
-        if old is None or (m <= 16 and (old["config"]["microbatches"] > 16 or m > old["config"]["microbatches"])):
+        label = schedule_label(r["config"])
+        if label not in best or rank(r) > rank(best[label]):
             best[label] = r
-    rows = []
-    for label, r in sorted(best.items()):
-        stem = label.replace(" ", "_").replace("=", "")
-        sim_png = None
+    return {k: best[k] for k in schedule_order(set(best))}
+
+
+def _simulated(e: Entry, path: Path) -> None:
+    plan = make_plan(config_of(e.run))
+    trace = simulate(plan.schedule, plan.sim_cost())
+    c = plan.config
+    _plot(path, trace, 0, rank_labels(plan.stage_layers, plan.stage_rank, plan.world),
+          f"{e.label}  pp={c.pp}  M={c.microbatches}  simulated on modeled costs (cost.*, comm.*)")
+
+
+def _measured(e: Entry, job: Path, path: Path) -> None:
+    trace, c = read_trace(job / TRACE), e.run["config"]
+    plan = e.run.get("plan") or {}
+    labels = rank_labels(plan.get("stage_layers", []), {int(s): r for s, r in plan.get("stage_rank", {}).items()},
+                         max(ev.rank for ev in trace) + 1)
+    last = max(ev.step for ev in trace)
+    b = e.run["metrics"]["bubble"]
+    _plot(path, trace, last, labels, f"{e.label}  pp={c['pp']}  M={c['microbatches']}  compute={c['compute']}  "
+          f"measured step {last}  (run's bubble, all measured steps: {b['measured']:.3f})")
+
+
+def gallery(runs: list[dict], sweep: Path, out: Path) -> list[Entry]:
+    """One entry per schedule; what could not be drawn is said in the entry, never raised: a
+    record from another version of the harness must not stop the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for label, r in _pick(ok(runs)).items():
+        e, stem = Entry(label, r), label.replace(" ", "_").replace("=", "")
         try:
-            plan = make_plan(config_of(r))
-            trace = simulate(plan.schedule, plan.sim_cost())
-            labels = {k: ", ".join(f"layers {a}-{b - 1}" for s, (a, b) in enumerate(plan.stage_layers)
-                                   if plan.stage_rank[s] == k) for k in range(plan.world)}
-            c = plan.config
-            plot_gantt(out / f"{stem}_sim.png", trace, 0, labels,
-                       f"{label}  pp={c.pp}  M={c.microbatches}  simulated on modeled costs (cost.*, comm.*)")
-            sim_png = f"{out.name}/{stem}_sim.png"
-        except Exception:  # noqa: BLE001 - a record from another version must not stop the report
-            sim_png = None
-        measured = sweep / r["_dir"] / "gantt.png"
-        real_png = None
-        if measured.exists():
-            shutil.copyfile(measured, out / f"{stem}_measured.png")
-            real_png = f"{out.name}/{stem}_measured.png"
-        rows.append((label, sim_png, real_png))
-    return rows
+            _simulated(e, out / f"{stem}_sim.png")
+            e.simulated = f"{out.name}/{stem}_sim.png"
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            e.missing.append(f"no simulation: {type(err).__name__}: {err}")
+        job = sweep / r["_dir"]
+        try:
+            _measured(e, job, out / f"{stem}_measured.png")
+            e.measured = f"{out.name}/{stem}_measured.png"
+        except Exception as err:  # noqa: BLE001 - see the docstring; the job's own PNG is the fallback
+            if (job / GANTT).exists():
+                shutil.copyfile(job / GANTT, out / f"{stem}_measured.png")
+                e.measured = f"{out.name}/{stem}_measured.png"
+                e.missing.append(f"measured Gantt as the job drew it (PNG only): trace.json unreadable: {err}")
+            else:
+                e.missing.append(f"no measured Gantt: {type(err).__name__}: {err}")
+        entries.append(e)
+    return entries

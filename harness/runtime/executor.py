@@ -13,18 +13,23 @@ Gradients accumulate in .grad over the microbatches (each microbatch loss is sca
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel.distributed import _find_tensors
 
 from harness.model import get_model
 from harness.model.checkpoint import CheckpointedStage
 from harness.model.split_linear import WeightGradStore, attach_store
 from harness.plan import Plan
 from harness.runtime.clock import CudaClock, HostClock
+from harness.runtime.groups import Layout
 from harness.runtime.memory import MemoryMeter
 from harness.schedules.ir import Action, Kind
 from harness.trace import COMM, COMPUTE, WAIT
@@ -48,19 +53,27 @@ class StepState:
 
 
 class StageRunner:
-    def __init__(self, rank: int, plan: Plan, device: torch.device):
+    """One global rank: pipeline rank `layout.pipeline_rank(rank)` of replica
+    `layout.replica(rank)`. With dp > 1 every stage is wrapped in DistributedDataParallel over
+    `dp_group`; gradients sync only in the last backward of each stage in the step."""
+
+    def __init__(self, rank: int, plan: Plan, device: torch.device, layout: Layout | None = None,
+                 dp_group: dist.ProcessGroup | None = None):
         c = plan.config
         self.rank, self.plan, self.device = rank, plan, device
+        self.layout = layout or Layout(c.pp, 1)
+        self.prank, self.replica = self.layout.pipeline_rank(rank), self.layout.replica(rank)
         self.model = get_model(c.model)
-        self.actions: list[Action] = plan.schedule[rank]
+        self.actions: list[Action] = plan.schedule[self.prank]
         self.num_stages = len(plan.stage_layers)
         self.store = WeightGradStore()
         self.modules: dict[int, nn.Module] = {}
         for s, r in plan.stage_rank.items():
-            if r == rank:
+            if r == self.prank:
                 layers = self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device)
                 attach_store(layers, self.store)
                 self.modules[s] = layers
+        self.layers = dict(self.modules)  # stage -> its layers, under any wrapper
         params = [p for m in self.modules.values() for p in m.parameters()]
         self.optimizer = torch.optim.SGD(params, lr=c.lr)
         self.meter = MemoryMeter(params)
@@ -68,11 +81,44 @@ class StageRunner:
             self.modules = {s: CheckpointedStage(m, c.checkpoint_every, self._keep_current, self._timed_recompute)
                             for s, m in self.modules.items()}
         self.clock = CudaClock(device) if device.type == "cuda" else HostClock()
+        # the index of each stage's last backward in the action list: where DDP syncs
+        self.last_backward = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I)}
+        self.sync_launch = None  # clock token of the last gradient bucket's all-reduce launch
+        self.modeled: tuple[int, float] | None = None  # (start ns, modeled s) of the running backward
+        if c.dp > 1:
+            self.modules = {s: self._ddp(m, dp_group) for s, m in self.modules.items()}
         self.act_shape = self.model.activation_shape(c.microbatch_size)
         self.events: list[tuple] = []  # (step, name, cat, kind, stage, mb, start token, end token)
         self._current: tuple[int, int, int] | None = None  # (step, stage, mb) of the running action
         self.drop_grads = False  # test-only fault (fault=noaccum@...): breaks accumulation
         self.microbatch_bytes: list[int] = []  # bytes held for backward by each F, at its end
+
+    def _ddp(self, module: nn.Module, group: dist.ProcessGroup) -> DistributedDataParallel:
+        ddp = DistributedDataParallel(module, process_group=group, forward_sync_buffers=False,
+                                      device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+        def timed_allreduce(state, bucket):  # DDP's default all-reduce, its launch time noted
+            if self.modeled is not None:  # compute=emulated: the backward's modeled cost first
+                self._emulate(*self.modeled)
+            self.sync_launch = self.clock.mark()
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(group, timed_allreduce)
+        return ddp
+
+    @contextmanager
+    def _sync_if(self, last: bool, module: nn.Module, output: torch.Tensor) -> Iterator[None]:
+        """DDP: accumulate locally (no_sync) except in the stage's last backward of the step,
+        which all-reduces. Forwards always run under no_sync, so only that backward is armed
+        (the same reach into the reducer as torch.distributed.pipelining's stage)."""
+        if not isinstance(module, DistributedDataParallel):
+            yield
+        elif last:
+            module.reducer.prepare_for_backward(list(_find_tensors(output)))
+            yield
+        else:
+            with module.no_sync():
+                yield
 
     # -- timing -------------------------------------------------------------------------
     def _emulate(self, start_ns: int, seconds: float) -> None:
@@ -110,24 +156,28 @@ class StageRunner:
         return run
 
     # -- P2P ----------------------------------------------------------------------------
+    def _peer(self, stage: int) -> int:
+        """Global rank of the rank that holds `stage` in this replica's pipeline."""
+        return self.layout.global_rank(self.replica, self.plan.stage_rank[stage])
+
     def _receive(self, step: int, st: StepState, a: Action, from_stage: int, grad: bool) -> torch.Tensor:
-        if self.plan.stage_rank[from_stage] == self.rank:
+        if self.plan.stage_rank[from_stage] == self.prank:
             return st.local.pop((from_stage, "grad" if grad else "act", a.microbatch))
         buf = torch.empty(self.act_shape, device=self.device)
         t0 = self.clock.mark()
-        dist.irecv(buf, src=self.plan.stage_rank[from_stage],
+        dist.irecv(buf, src=self._peer(from_stage),
                    tag=_tag(from_stage, grad, a.microbatch, self.num_stages)).wait()
         self._record(step, f"recv {a}", WAIT, "recv", a.stage, a.microbatch, t0, self.clock.mark())
         return buf
 
     def _pass_on(self, step: int, st: StepState, a: Action, tensor: torch.Tensor, to_stage: int, grad: bool) -> None:
         tensor = tensor.detach()
-        if self.plan.stage_rank[to_stage] == self.rank:
+        if self.plan.stage_rank[to_stage] == self.prank:
             st.local[(a.stage, "grad" if grad else "act", a.microbatch)] = tensor
             return
         t0 = self.clock.mark()
         tensor = tensor.contiguous()
-        work = dist.isend(tensor, dst=self.plan.stage_rank[to_stage],
+        work = dist.isend(tensor, dst=self._peer(to_stage),
                           tag=_tag(a.stage, grad, a.microbatch, self.num_stages))
         st.sends.append((work, tensor))  # the tensor must outlive the send
         self._record(step, f"send {a}", COMM, "send", a.stage, a.microbatch, t0, self.clock.mark())
@@ -142,8 +192,10 @@ class StageRunner:
             x = self._receive(step, st, a, s - 1, grad=False).requires_grad_(True)
         h0, t0 = time.perf_counter_ns(), self.clock.mark()
         self._current = (step, s, mb)
-        with self.meter.saving((s, mb)):
-            y = self.modules[s](x)
+        module = self.modules[s]
+        no_sync = module.no_sync() if isinstance(module, DistributedDataParallel) else nullcontext()
+        with self.meter.saving((s, mb)), no_sync:
+            y = module(x)
             if last:
                 y = self.model.loss(y, batch[mb][1]) / self.plan.config.microbatches
                 st.loss = y.detach() if st.loss is None else st.loss + y.detach()
@@ -157,8 +209,10 @@ class StageRunner:
         if not last:
             self._pass_on(step, st, a, y, s + 1, grad=False)
 
-    def _backward(self, step: int, st: StepState, a: Action) -> None:
-        """B, or I (input gradient now, weight gradient deferred to the W)."""
+    def _backward(self, step: int, st: StepState, a: Action, index: int) -> None:
+        """B, or I (input gradient now, weight gradient deferred to the W). With dp > 1 the
+        stage's last backward of the step also all-reduces its gradients: that tail, from
+        the last bucket's launch to the end, is traced as dp_sync, not as compute."""
         s, mb = a.stage, a.microbatch
         last = s == self.num_stages - 1
         grad = None if last else self._receive(step, st, a, s + 1, grad=True)
@@ -167,11 +221,20 @@ class StageRunner:
         self.store.deferring = (s, mb) if a.kind is Kind.I else None
         if self.drop_grads:  # test-only fault: forget the microbatches accumulated so far
             self.optimizer.zero_grad(set_to_none=True)
-        torch.autograd.backward(st.outputs.pop((s, mb)), grad_tensors=grad)
+        output = st.outputs.pop((s, mb))
+        self.sync_launch, self.modeled = None, (h0, self.plan.emulated_cost.compute(a))
+        with self._sync_if(index == self.last_backward[s], self.modules[s], output):
+            torch.autograd.backward(output, grad_tensors=grad)
+        self.modeled = None
         self.store.deferring = None
         self._current = None
         self._emulate(h0, self.plan.emulated_cost.compute(a))
-        self._record(step, str(a), COMPUTE, a.kind.value, s, mb, t0, self.clock.mark())
+        t1 = self.clock.mark()
+        if self.sync_launch is not None:
+            self._record(step, str(a), COMPUTE, a.kind.value, s, mb, t0, self.sync_launch)
+            self._record(step, f"dp_sync {s}", COMM, "dp_sync", s, -1, self.sync_launch, t1)
+        else:
+            self._record(step, str(a), COMPUTE, a.kind.value, s, mb, t0, t1)
         x = st.inputs.pop((s, mb))
         self.meter.release((s, mb))
         for held in self.store.holding((s, mb)):  # what the deferred W still needs
@@ -191,22 +254,24 @@ class StageRunner:
         step's loss on the rank that holds the last stage (else None) and, if asked, the
         accumulated gradients by global parameter name ("<layer>.<param>")."""
         c = self.plan.config
-        x, y = self.model.batch(c.seed, step, c.microbatches * c.microbatch_size)
+        per_replica = c.microbatches * c.microbatch_size
+        x, y = self.model.batch(c.seed, step, c.dp * per_replica)  # the global batch
+        shard = slice(self.replica * per_replica, (self.replica + 1) * per_replica)
         # one tensor per microbatch, as a loader would give: a view would share (and the
         # memory meter would count) the whole batch's storage
         batch = [(xi.clone().to(self.device), yi.clone().to(self.device))
-                 for xi, yi in zip(x.split(c.microbatch_size), y.split(c.microbatch_size))]
+                 for xi, yi in zip(x[shard].split(c.microbatch_size), y[shard].split(c.microbatch_size))]
         st = StepState()
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         self.clock.start_step()
-        for a in self.actions:
+        for i, a in enumerate(self.actions):
             if a.kind is Kind.F:
                 self._forward(step, st, a, batch)
             elif a.kind is Kind.W:
                 self._weight(step, a)
             else:
-                self._backward(step, st, a)
+                self._backward(step, st, a, i)
         t0 = self.clock.mark()
         for work, _ in st.sends:
             work.wait()
@@ -221,9 +286,8 @@ class StageRunner:
 
     def gradients(self) -> dict[str, torch.Tensor]:
         out = {}
-        for s, module in self.modules.items():
+        for s, layers in self.layers.items():
             first = self.plan.stage_layers[s][0]
-            layers = module.layers if isinstance(module, CheckpointedStage) else module
             for name, p in layers.named_parameters():
                 index, rest = name.split(".", 1)
                 out[f"{first + int(index)}.{rest}"] = p.grad.detach().cpu().clone()

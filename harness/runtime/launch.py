@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import socket
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from harness.config import ConfigError
 from harness.plan import Plan
-from harness.runtime.worker import worker_main
+from harness.runtime.worker import one_line, run_rank, worker_main
 
 
 class WorkerError(RuntimeError):
@@ -28,6 +32,11 @@ class RankReport:
     activation_bytes_per_microbatch: float
     grads: dict | None = None  # last step's accumulated gradients (verify_grads=true)
     cuda_max_memory_allocated: int | None = None
+
+
+def _death(rank: int, exitcode: int) -> str:
+    how = f"killed by {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exit code {exitcode}"
+    return f"rank {rank} died ({how})"
 
 
 def free_port() -> int:
@@ -47,9 +56,10 @@ def _context(preload: str = "harness.runtime.worker"):
     return ctx
 
 
-def run_native(plan: Plan, target: Callable = worker_main) -> list[RankReport]:
+def run_native(plan: Plan, target: Callable = worker_main, pids: list[int] | None = None) -> list[RankReport]:
     """Runs the plan on plan.world ranks, each `target(rank, port, plan, results)`; raises
-    WorkerError on the first failure."""
+    WorkerError on the first failure. Every rank is gone when it returns or raises; their
+    pids are appended to `pids` so a caller can check."""
     ctx = _context(target.__module__)
     results = ctx.Queue()
     port = free_port()
@@ -60,6 +70,8 @@ def run_native(plan: Plan, target: Callable = worker_main) -> list[RankReport]:
     try:
         for p in procs:
             p.start()
+            if pids is not None:
+                pids.append(p.pid)
         while len(reports) < plan.world:
             try:
                 rank, status, payload = results.get(timeout=0.2)
@@ -69,14 +81,18 @@ def run_native(plan: Plan, target: Callable = worker_main) -> list[RankReport]:
                         # a clean exit puts its report first; drain before calling it dead
                         time.sleep(0.2)
                         if results.empty():
-                            raise WorkerError(f"rank {r} died (exit code {p.exitcode})") from None
+                            raise WorkerError(_death(r, p.exitcode)) from None
                 if time.monotonic() > deadline:
                     missing = sorted(set(range(plan.world)) - set(reports))
                     raise WorkerError(f"timeout_s={plan.config.timeout_s} passed; ranks {missing} "
                                       "still running") from None
                 continue
             if status != "ok":
-                raise WorkerError(f"rank {rank}: {payload}")
+                # a peer's death shows first as a broken connection here: name the dead rank
+                time.sleep(0.3)
+                dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                cause = "; ".join(_death(r, code) for r, code in dead if r != rank)
+                raise WorkerError(f"{cause}; then rank {rank}: {payload}" if cause else f"rank {rank}: {payload}")
             reports[rank] = RankReport(rank=rank, **payload)
     finally:
         for p in procs:
@@ -90,3 +106,36 @@ def run_native(plan: Plan, target: Callable = worker_main) -> list[RankReport]:
                 p.join()
         results.close()
     return [reports[r] for r in range(plan.world)]
+
+
+def torchrun_rank() -> tuple[int, int] | None:
+    """(rank, world size) when torchrun (or any launcher setting its env://) made this
+    process, else None."""
+    if "TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= set(os.environ):
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None
+
+
+def run_torchrun(plan: Plan) -> list[RankReport] | None:
+    """This process is one of the ranks torchrun made: run it, gather every rank's payload
+    on rank 0 over the process group. Rank 0 gets the reports, the others None."""
+    rank, world = torchrun_rank()
+    if world != plan.world:
+        raise ConfigError(f"WORLD_SIZE={world} from torchrun, but pp={plan.config.pp} x dp={plan.config.dp} = "
+                          f"{plan.world} (launch pp x dp processes, e.g. --nproc-per-node {plan.world})")
+    try:
+        try:
+            payload = {"ok": run_rank(rank, plan, "env://")}
+        except Exception as e:  # noqa: BLE001 - reported through rank 0
+            payload = {"error": one_line(e)}
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(payload, gathered, dst=0)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if rank != 0:
+        return None
+    for r, p in enumerate(gathered):
+        if "error" in p:
+            raise WorkerError(f"rank {r}: {p['error']}")
+    return [RankReport(rank=r, **p["ok"]) for r, p in enumerate(gathered)]

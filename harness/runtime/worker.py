@@ -1,4 +1,6 @@
-"""Worker process: one pipeline rank. Builds its stage, runs every step, reports back."""
+"""Worker: one global rank (a pipeline rank of one replica). Builds its stages, runs every
+step, reports back: to the launching process through a queue, or under torchrun by
+returning its payload to be gathered on rank 0."""
 
 from __future__ import annotations
 
@@ -15,26 +17,30 @@ import torch.distributed as dist
 from harness.plan import Plan
 from harness.runtime.executor import StageRunner
 from harness.runtime.faults import maybe_inject, parse_fault
+from harness.runtime.groups import Layout
 
 
-def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
-    """Entry point of a spawned rank. Puts (rank, "ok", payload) or (rank, "error", line)."""
+def run_rank(rank: int, plan: Plan, init_method: str) -> dict:
+    """Joins the world as `rank`, builds its stages, runs every step; returns its payload.
+    The caller owns the process group's teardown (torchrun gathers over it first)."""
     torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
     c = plan.config
+    if plan.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(plan.backend, init_method=init_method, rank=rank, world_size=plan.world,
+                                timeout=timedelta(seconds=c.timeout_s))
+    layout = Layout(c.pp, c.dp)
+    _, dp_group = layout.new_groups(rank)
+    runner = StageRunner(rank, plan, device, layout, dp_group)
+    fault = parse_fault(c.fault)
+    losses, events, memory, peaks, mb_bytes, grads = [], [], [], [], [], None
+    total = c.warmup_steps + c.steps
+    gc.disable()  # a collection pause inside a step is jitter; collect between steps instead
     try:
-        if plan.device == "cuda":
-            device = torch.device("cuda", rank % torch.cuda.device_count())
-            torch.cuda.set_device(device)
-        else:
-            device = torch.device("cpu")
-        dist.init_process_group(plan.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=plan.world, timeout=timedelta(seconds=c.timeout_s))
-        runner = StageRunner(rank, plan, device)
-        fault = parse_fault(c.fault)
-        losses, events, memory, peaks, mb_bytes, grads = [], [], [], [], [], None
-        total = c.warmup_steps + c.steps
-        gc.disable()  # a collection pause inside a step is jitter; collect between steps instead
         for step in range(total):
             gc.collect()
             maybe_inject(fault, rank, step)
@@ -47,20 +53,34 @@ def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
             if step >= c.warmup_steps:
                 peaks.append(runner.meter.peak)
                 mb_bytes += runner.microbatch_bytes
-        payload = {"events": events, "losses": losses if losses[0] is not None else None, "memory": memory,
-                   "peak_activation_bytes": max(peaks),
-                   # one (stage, microbatch)'s activations: with chunks, one chunk's
-                   "activation_bytes_per_microbatch": sum(mb_bytes) / len(mb_bytes),
-                   # numpy, not tensors: torch's queue pickling shares tensor memory by file
-                   # descriptor, which dies with this process
-                   "grads": None if grads is None else {k: v.numpy() for k, v in grads.items()}}
-        if device.type == "cuda":
-            payload["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
-        results.put((rank, "ok", payload))
+    finally:
+        gc.enable()
+    payload = {"events": events, "losses": losses if losses[0] is not None else None, "memory": memory,
+               "peak_activation_bytes": max(peaks),
+               # one (stage, microbatch)'s activations: with chunks, one chunk's
+               "activation_bytes_per_microbatch": sum(mb_bytes) / len(mb_bytes),
+               # numpy, not tensors: torch's queue pickling shares tensor memory by file
+               # descriptor, which dies with this process
+               "grads": None if grads is None else {k: v.numpy() for k, v in grads.items()}}
+    if device.type == "cuda":
+        payload["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
+    return payload
+
+
+def one_line(e: BaseException) -> str:
+    """`Type: message (file:line)` of where it was raised, on one line."""
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    at = f" ({os.path.basename(where.filename)}:{where.lineno})" if where else ""
+    return f"{type(e).__name__}: {e}{at}".replace("\n", " ")
+
+
+def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
+    """Entry point of a forked rank. Puts (rank, "ok", payload) or (rank, "error", line)."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
+    try:
+        results.put((rank, "ok", run_rank(rank, plan, f"tcp://127.0.0.1:{port}")))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
-        where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
-        at = f" ({os.path.basename(where.filename)}:{where.lineno})" if where else ""
-        results.put((rank, "error", f"{type(e).__name__}: {e}{at}".replace("\n", " ")))
+        results.put((rank, "error", one_line(e)))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

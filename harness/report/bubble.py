@@ -1,0 +1,99 @@
+"""Bubble figures: against M with each schedule's closed form, and measured against theory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from harness.report.figures import Figure, log2_x, save, schedule_colors, theory_or_none
+from harness.report.runs import ok, run_ids, schedule_label
+
+
+def _theory(r: dict) -> float | None:
+    c = r["config"]
+    return theory_or_none(c["schedule"]["name"], c["pp"], c["microbatches"], c.get("virtual_stages", 1))
+
+
+def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
+    """One panel per pipeline depth N, one colour per schedule: its closed form as a line,
+    measured as filled points (bars: spread over measured steps), simulated as hollow ones."""
+    runs = ok(runs)
+    fig_ = Figure("Bubble against microbatches",
+                  "Lines: each schedule's closed form (N-1)/(M+N-1) for GPipe and 1F1B, its own for the others. "
+                  "Filled markers: measured (mean idle fraction of the step window over ranks; bars span the "
+                  "measured steps). Hollow: the simulator fed with each run's own measured op costs and hop "
+                  "latency.", runs)
+    if not runs:
+        fig_.missing.append("no run finished ok")
+        return fig_
+    depths = sorted({r["config"]["pp"] for r in runs})
+    colors = schedule_colors(runs)
+    fig, axes = plt.subplots(1, len(depths), figsize=(5.2 * len(depths), 4.2), squeeze=False, sharey=True)
+    for ax, n in zip(axes[0], depths):
+        mine = [r for r in runs if r["config"]["pp"] == n]
+        ms = sorted({r["config"]["microbatches"] for r in mine})
+        for s in sorted({schedule_label(r["config"]) for r in mine}, key=list(colors).index):
+            c = next(r["config"] for r in mine if schedule_label(r["config"]) == s)
+            pts = [(m, theory_or_none(c["schedule"]["name"], n, m, c.get("virtual_stages", 1)))
+                   for m in range(ms[0], ms[-1] + 1)]
+            if pts := [(m, t) for m, t in pts if t is not None]:  # a single M: a tick, since a line needs two
+                ax.plot(*zip(*pts), color=colors[s], lw=1.2, alpha=0.8, marker="_" if len(pts) == 1 else "", ms=24)
+            ax.plot([], [], "o", color=colors[s], label=s)
+        for r in mine:
+            b, m, color = r["metrics"]["bubble"], r["config"]["microbatches"], colors[schedule_label(r["config"])]
+            steps = b.get("measured_per_step") or [b["measured"]]
+            ax.errorbar(m, b["measured"], yerr=[[b["measured"] - min(steps)], [max(steps) - b["measured"]]],
+                        fmt="o", color=color, ms=5, capsize=2)
+            if b.get("simulated") is not None:
+                ax.plot(m, b["simulated"], "o", mfc="none", color=color, ms=10, mew=1)
+        ax.plot([], [], "-", color="gray", label="theory (closed form)")
+        ax.plot([], [], "o", color="gray", label="measured")
+        ax.plot([], [], "o", mfc="none", color="gray", ms=10, label="simulated (measured op costs)")
+        log2_x(ax, ms)
+        ax.set_xlabel("microbatches M")
+        ax.set_title(f"N = {n}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("bubble fraction (idle / step window)")
+    fig_.path = save(fig, out / "bubble_vs_microbatches.png", fig_.title, runs)
+    return fig_
+
+
+def measured_vs_theory(runs: list[dict], out: Path) -> Figure:
+    """One point per run: closed form on x, measured on y, the identity line; colour by
+    schedule, marker by compute mode."""
+    runs = ok(runs)
+    drawn = [r for r in runs if _theory(r) is not None]
+    fig_ = Figure("Bubble: measured against theory",
+                  "One filled point per run at (closed form, measured); hollow: (closed form, simulated). On the "
+                  "dashed identity line a run idles exactly as theory says. Above it: communication (theory -> "
+                  "simulated) and jitter (simulated -> measured).", drawn)
+    if no_theory := [r for r in runs if _theory(r) is None]:
+        fig_.missing.append(f"no closed form for runs {run_ids(no_theory)} (schedule=csv or outside its domain): "
+                            "not drawn")
+    if not drawn:
+        fig_.missing.append("no run finished ok with a closed-form bubble")
+        return fig_
+    colors = schedule_colors(drawn)
+    markers = dict(zip(sorted({r["config"]["compute"] for r in drawn}), "os^Dv"))
+    fig, ax = plt.subplots(figsize=(5.6, 5.0))
+    for r in drawn:
+        b, t, color = r["metrics"]["bubble"], _theory(r), colors[schedule_label(r["config"])]
+        ax.plot(t, b["measured"], markers[r["config"]["compute"]], color=color, ms=6)
+        if b.get("simulated") is not None:
+            ax.plot(t, b["simulated"], markers[r["config"]["compute"]], mfc="none", color=color, ms=9, mew=1)
+    top = max(max(_theory(r), r["metrics"]["bubble"]["measured"]) for r in drawn) * 1.08
+    ax.plot([0, top], [0, top], "--", color="gray", lw=1, label="identity")
+    for s, color in colors.items():
+        ax.plot([], [], "o", color=color, label=s)
+    if len(markers) > 1:
+        for mode, mk in markers.items():
+            ax.plot([], [], mk, color="gray", label=f"compute={mode}")
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel="bubble, closed form", ylabel="bubble, measured (hollow: simulated)")
+    ax.set_aspect("equal")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig_.path = save(fig, out / "bubble_measured_vs_theory.png", fig_.title, drawn)
+    return fig_

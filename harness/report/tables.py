@@ -1,0 +1,81 @@
+"""The tables of a report: runs.csv (one row per result.json, corrupt ones included) and the
+summary table of every run."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from harness.report.doc import Block, Table, Text
+from harness.report.load import Sweep
+from harness.report.runs import dim, run_id, schedule_label
+
+COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatches", "microbatch_size", "model",
+           "partition", "layers_per_stage", "compute", "executor", "device", "checkpointing", "step_time_s",
+           "throughput_samples_s", "bubble_theory", "bubble_simulated", "bubble_measured", "peak_activation_bytes_max",
+           "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
+
+
+def row(run: dict) -> dict:
+    c, m = run["config"], run.get("metrics") or {}
+    b, stages = m.get("bubble") or {}, m.get("stage_time_s")
+    peaks = (m.get("memory") or {}).get("peak_activation_bytes_per_stage")
+    return {
+        "run": run["_dir"], "status": run["status"], "schedule": c["schedule"]["name"],
+        "virtual_stages": c.get("virtual_stages", 1), "pp": c["pp"], "dp": c.get("dp", 1),
+        "microbatches": c["microbatches"], "microbatch_size": c["microbatch_size"], "model": dim(run, "model"),
+        "partition": dim(run, "partition"), "layers_per_stage": (run.get("partition") or {}).get("layers_per_stage"),
+        "compute": c["compute"], "executor": c["executor"],
+        "device": (run.get("env") or {}).get("device", c.get("device")), "checkpointing": c.get("checkpointing", False),
+        "step_time_s": m.get("step_time_s"), "throughput_samples_s": m.get("throughput_samples_s"),
+        "bubble_theory": b.get("theory"), "bubble_simulated": b.get("simulated"), "bubble_measured": b.get("measured"),
+        "peak_activation_bytes_max": max(peaks) if peaks else None, "stage_time_max_s": max(stages) if stages else None,
+        "measured_imbalance": m.get("measured_imbalance"), "recompute_s": m.get("recompute_s"),
+        "final_loss": (m.get("losses") or [None])[-1], "error": run.get("error"),
+    }
+
+
+def _order(run: dict) -> tuple:
+    """The sweep's own order: Hydra job number, then directories without one."""
+    i = run_id(run)
+    return (0, int(i), "") if i.isdigit() else (1, 0, i)
+
+
+def write_csv(sweep: Sweep, path: Path) -> None:
+    """Every record, one row each; a corrupt one as status `corrupt` with the reason in `error`."""
+    rows = [row(r) for r in sorted(sweep.runs, key=_order)]
+    rows += [{"run": str(Path(f).parent), "status": "corrupt", "error": why} for f, why in sweep.corrupt]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+
+
+SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "samples/s",
+           "bubble theory", "simulated", "measured", "peak act. MiB", "other overrides"]
+
+
+def overrides(run: dict) -> list[str]:
+    """A sweep directory's `key=value` overrides (`12_a=1,b=[1,2]` -> [a=1, b=[1,2]])."""
+    name = run["_dir"].split("_", 1)[1] if run_id(run).isdigit() else ""
+    return [o for o in re.split(r",(?=[\w.+~/-]+=)", name) if o]
+
+
+def summary(runs: list[dict]) -> list[Block]:
+    """The table of every run, its overrides shortened to those not shared by every run."""
+    shared = set.intersection(*(set(overrides(r)) for r in runs)) if runs else set()
+    rows = []
+    for run in sorted(runs, key=_order):
+        r = row(run)
+        rows.append([run_id(run), r["status"], schedule_label(run["config"]), r["pp"], r["dp"], r["microbatches"],
+                     r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
+                     _scaled(r["step_time_s"], 1e3), r["throughput_samples_s"], r["bubble_theory"],
+                     r["bubble_simulated"], r["bubble_measured"], _scaled(r["peak_activation_bytes_max"], 2**-20),
+                     ",".join(o for o in overrides(run) if o not in shared)])
+    text = f"Overrides every run shares: `{','.join(o for o in overrides(runs[0]) if o in shared)}`." if shared else ""
+    return ([Text(text)] if text else []) + [Table(SUMMARY, rows)]
+
+
+def _scaled(v: float | None, k: float) -> float | None:
+    return None if v is None else v * k

@@ -1,0 +1,90 @@
+"""Throughput figures: against M and against microbatch size B, and data-parallel scaling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+
+import matplotlib.pyplot as plt
+
+from harness.report.figures import Figure, log2_x, save, say
+from harness.report.runs import dim, ok, series
+
+
+def _line(ax, runs: list[dict], x: str, y, label: str, **kw) -> None:
+    """Every run as a point, the line through the mean at each x (repeats of a point stay visible)."""
+    xs = sorted({dim(r, x) for r in runs})
+    line = ax.plot(xs, [fmean(y(r) for r in runs if dim(r, x) == v) for v in xs], "-", lw=1.2, label=label, **kw)
+    ax.plot([dim(r, x) for r in runs], [y(r) for r in runs], "o", ms=4, color=line[0].get_color())
+
+
+def _samples_s(r: dict) -> float:
+    return r["metrics"]["throughput_samples_s"]
+
+
+def _against(ax, runs: list[dict], x: str, name: str) -> bool:
+    """Throughput against dimension x, one line per combination of what else varies; False
+    (and the panel says why) when no two runs differ in x."""
+    values = sorted({dim(r, x) for r in runs})
+    if len(values) < 2:
+        say(ax, f"no runs that vary {name} (all {x}={values[0]})")
+        return False
+    for lbl, mine in series(runs, x).items():
+        _line(ax, mine, x, _samples_s, lbl)
+    log2_x(ax, values)
+    ax.set(xlabel=name, ylabel="throughput (samples/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    return True
+
+
+def throughput(runs: list[dict], out: Path) -> Figure:
+    runs = ok(runs)
+    fig_ = Figure("Throughput against M and microbatch size",
+                  "Samples per second (M x B x dp / median step time) against the microbatch count M (left) and the "
+                  "microbatch size B (right); one line per combination of the other swept dimensions, through the "
+                  "mean of repeated points. More microbatches shrink the bubble; larger ones use each op better.", runs)
+    if not runs:
+        fig_.missing.append("no run finished ok")
+        return fig_
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    drawn = [_against(left, runs, "M", "microbatches M"), _against(right, runs, "B", "microbatch size B")]
+    fig_.missing += [f"no runs that vary {x}" for x, d in zip(("microbatches M", "microbatch size B"), drawn) if not d]
+    if not any(drawn):
+        plt.close(fig)
+        return fig_
+    fig_.path = save(fig, out / "throughput.png", fig_.title, runs)
+    return fig_
+
+
+def dp_scaling(runs: list[dict], out: Path) -> Figure:
+    """Throughput and bubble against dp, one line per (pp, M, ...): dp scales the global batch,
+    so ideal scaling is throughput x dp at an unchanged bubble."""
+    runs = ok(runs)
+    fig_ = Figure("Data-parallel scaling",
+                  "Throughput (left; dotted: linear scaling from the dp=1 run) and measured bubble (right) against "
+                  "the data-parallel replicas dp, at fixed pipeline depth and microbatch count.", runs)
+    if not any(dim(r, "dp") > 1 for r in runs):
+        fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
+        fig_.runs = []
+        return fig_
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for lbl, mine in series(runs, "dp", always=("pp", "M")).items():
+        _line(left, mine, "dp", _samples_s, lbl)
+        if base := [_samples_s(r) for r in mine if dim(r, "dp") == 1]:
+            dps = sorted({dim(r, "dp") for r in mine})
+            left.plot(dps, [fmean(base) * d for d in dps], ":", color=left.lines[-1].get_color(), lw=1)
+        _line(right, mine, "dp", lambda r: r["metrics"]["bubble"]["measured"], lbl)
+    if single := [lbl for lbl, mine in series(runs, "dp", always=("pp", "M")).items()
+                  if len({dim(r, "dp") for r in mine}) < 2]:
+        fig_.missing.append(f"lines with a single dp value (a point, no scaling): {'; '.join(single)}")
+    for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured")):
+        ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
+        log2_x(ax, [dim(r, "dp") for r in runs])
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig_.path = save(fig, out / "dp_scaling.png", fig_.title, runs)
+    return fig_
+

@@ -1,0 +1,90 @@
+"""dist: pipeline x data parallelism (DDP per stage), torchrun, and the SLURM launcher config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from harness.config import ConfigError, register
+from harness.job import run_job
+from harness.plan import make_plan
+from harness.reference import reference_losses
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("pp,dp", [(2, 2), (1, 4), (4, 1)])
+def test_losses_equal_single_process_global_batch(tmp_path, config, pp, dp):
+    c = config(pp=pp, dp=dp, microbatches=4, verify_grads=True, steps=2)
+    result = run_job(c, tmp_path, "test", f"{pp}x{dp}")
+    assert result["status"] == "ok", result["error"]
+    m = result["metrics"]
+    assert m["losses"] == pytest.approx(reference_losses(c)[0], rel=1e-5)
+    assert m["grad_check"]["max_rel_diff"] < 1e-5
+    assert m["throughput_samples_s"] == pytest.approx(dp * 4 * c.microbatch_size / m["step_time_s"])
+    if dp > 1:
+        trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+        syncing = {e["tid"] for e in trace if e.get("args", {}).get("kind") == "dp_sync"}
+        assert syncing == set(range(pp * dp))  # every rank's track shows its gradient sync
+        assert {e["pid"] for e in trace if e["ph"] == "X"} == set(range(dp))  # grouped by replica
+        assert m["dp_sync_s"] > 0 and m["dp_sync_theory_s"] > 0 and 0 < m["dp_sync_share"] < 1
+
+
+@pytest.mark.dist
+def test_dp_sync_is_not_bubble(tmp_path, config):
+    """Emulated equal stages, pp=2 dp=2: the bubble stays the schedule's, whatever the sync costs."""
+    c = config(pp=2, dp=2, microbatches=4, compute="emulated", steps=2, **{"cost.fwd_ms_per_layer": 10.0})
+    b = run_job(c, tmp_path, "test", "sync")["metrics"]["bubble"]
+    assert abs(b["measured"] - b["theory"]) < 0.05, b
+
+
+@pytest.mark.dist
+def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "4",
+                        "-m", "harness", "pp=2", "dp=2", "microbatches=2", "steps=1", "model.hidden=32",
+                        "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "ok" and result["env"]["world_size"] == 4
+    assert p.stdout.count("harness: 1f1b pp=2") == 1  # rank 0 alone reports
+    mismatch = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
+                               "-m", "harness", "pp=2", "dp=2", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/bad"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert mismatch.returncode != 0
+    assert "WORLD_SIZE=2 from torchrun, but pp=2 x dp=2 = 4" in mismatch.stderr
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({"dp": 2, "global_batch": 12, "microbatches": 4}, "global_batch=12: must split evenly into dp=2 x microbatches=4"),
+    ({"dp": 2, "schedule.name": "zbv"}, "dp=2: schedule=zbv defers weight gradients"),
+    ({"dp": 5}, "pp=4 x dp=5: 20 processes, more than max_processes=16"),
+    ({"dp": 2, "device": "cuda"}, "device=cuda: pp x dp = 8 ranks need 8 CUDA devices, found 0"),
+])
+def test_bad_dp_input_is_one_line(config, overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        make_plan(config(**overrides))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_global_batch_sets_the_microbatch(config):
+    plan = make_plan(config(dp=2, microbatches=4, global_batch=32))
+    assert plan.config.microbatch_size == 4
+
+
+def test_slurm_launcher_config_composes():
+    register()
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.partition == "gpu" and launcher.tasks_per_node == 1

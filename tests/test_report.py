@@ -1,0 +1,120 @@
+"""The report: from a real small sweep (with a failed point, a corrupt and a partial record)
+to index.md, a standalone index.html, runs.csv and the figures; and, on made-up records,
+what a sweep cannot show yet (dp > 1) and mixed compute modes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.report.build import build_report
+from harness.report.figures import provenance
+from harness.report.load import load_sweep
+from harness.report.throughput import dp_scaling
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "memory_per_rank", "throughput", "partition")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """12 points: dualpipev at M=2 fails validation (it needs M >= 2 * pp), 10 run; then a
+    corrupt record and a partial one (status ok, no metrics) are added by hand."""
+    path = tmp_path_factory.mktemp("runs") / "small"
+    p = subprocess.run([sys.executable, "-m", "harness", "-m", "schedule=gpipe,1f1b,dualpipev", "pp=2",
+                        "microbatches=2,4", "partition=uniform,params", "compute=emulated", "cost.fwd_ms_per_layer=1",
+                        "model.hidden=32", "steps=2", "warmup_steps=0", "wandb.mode=disabled",
+                        f"hydra.sweep.dir={path}"], cwd=path.parent, env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 1 and "10 ok" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    (path / "corrupt").mkdir()
+    (path / "corrupt" / "result.json").write_text('{"status": "ok", "con')
+    ok = json.loads(next(path.glob("0_*/result.json")).read_text())
+    (path / "partial").mkdir()
+    (path / "partial" / "result.json").write_text(json.dumps({**ok, "metrics": None}))
+    return path
+
+
+@pytest.mark.sweep
+def test_report_of_a_real_sweep(sweep, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness.report", str(sweep), "--out", str(tmp_path)], cwd=tmp_path,
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr  # no figure failed
+    out = tmp_path / "small"
+    md, page = (out / "index.md").read_text(), (out / "index.html").read_text()
+
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(list(sweep.rglob("result.json"))) == 14
+    assert sorted(r["status"] for r in rows).count("ok") == 10
+    assert [r["status"] for r in rows].count("corrupt") == 2
+
+    for text in (md, page):
+        assert "Not ok" in text and "dualpipev needs at least" in text  # the failed points, with their error
+        assert "corrupt/result.json" in text and "unreadable" in text
+        assert "partial/result.json" in text and "metrics lack" in text
+        assert "no runs with dp &gt; 1" in text or "no runs with dp > 1" in text
+        assert "no pair of runs that differ only in checkpointing" in text
+        assert "Made from: compute=emulated  device=cpu  executor=native" in text
+    for name in FIGURES:
+        assert (out / f"{name}.png").stat().st_size > 0 and (out / f"{name}.svg").stat().st_size > 0
+        assert f"({name}.png)" in md
+    gallery = sorted(p.name for p in (out / "gallery").iterdir())
+    assert gallery == sorted(f"{s}_{k}.{ext}" for s in ("gpipe", "1f1b", "dualpipev") for k in ("sim", "measured")
+                             for ext in ("png", "svg"))
+    assert md.index("\n### gpipe\n") < md.index("\n### 1f1b\n") < md.index("\n### dualpipev\n")  # usual order
+
+    # standalone: every image inline, nothing fetched from elsewhere
+    srcs = re.findall(r'src="([^"]*)"', page)
+    assert len(srcs) == len(FIGURES) + 6 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert all(h.startswith("#") for h in re.findall(r'href="([^"]*)"', page))
+    assert "<link" not in page and "url(" not in page and "<script" not in page
+    # the partition table: both scenarios' partitioners, layers per stage from the record
+    assert "| params | [4, 4] |" in md and "| uniform | [4, 4] |" in md
+
+
+def fake(run_id: int, **config) -> dict:
+    """A made-up ok record with what the figures read."""
+    c = {"schedule": {"name": "1f1b"}, "pp": 2, "dp": 1, "virtual_stages": 1, "microbatches": 4,
+         "microbatch_size": 4, "compute": "emulated", "executor": "native", "device": "cpu",
+         "partition": {"name": "uniform"}, "model": {"name": "mlp", "layers": 8, "hidden": 32}} | config
+    bubble = 0.2 + 0.01 * run_id
+    return {"status": "ok", "error": None, "config": c, "env": {"device": "cpu"}, "_dir": f"{run_id}_x",
+            "metrics": {"step_time_s": 0.1, "throughput_samples_s": 160.0 * c["dp"] / (1 + 0.05 * c["dp"]),
+                        "bubble": {"theory": 0.2, "simulated": bubble, "measured": bubble,
+                                   "measured_per_step": [bubble]},
+                        "memory": {"peak_activation_bytes_per_stage": [2**20, 2**19]}}}
+
+
+def test_dp_scaling_draws_when_dp_varies_and_says_so_when_not(tmp_path):
+    flat = dp_scaling([fake(0), fake(1, microbatches=8)], tmp_path)
+    assert flat.path is None and flat.missing == ["no runs with dp > 1 (all 2 ok runs have dp=1): nothing to scale"]
+    runs = [fake(i, dp=dp, microbatches=m) for i, (dp, m) in enumerate([(1, 4), (2, 4), (4, 4), (1, 8), (2, 8)])]
+    fig = dp_scaling(runs, tmp_path)
+    assert fig.path == tmp_path / "dp_scaling.png" and fig.path.with_suffix(".svg").exists()
+    assert fig.held.endswith("runs 0-4") and fig.missing == []
+
+
+def test_mixed_compute_modes_are_said_in_every_figure(tmp_path):
+    runs = [fake(0), fake(1, microbatches=8), fake(2, compute="real"), fake(3, compute="real", microbatches=8)]
+    assert provenance(runs) == ("compute=emulated (2), real (2)  device=cpu  executor=native  runs=4  "
+                                "MIXED compute: not like for like")
+    sweep = tmp_path / "mixed"
+    for r in runs:
+        (sweep / r["_dir"]).mkdir(parents=True)
+        (sweep / r["_dir"] / "result.json").write_text(json.dumps({k: v for k, v in r.items() if k != "_dir"}))
+    loaded = load_sweep(sweep)
+    assert len(loaded.runs) == 4 and not loaded.corrupt
+    md = build_report(loaded, tmp_path / "rep").read_text()
+    made = [line for line in md.splitlines() if line.startswith("Made from:") and "SVG:" in line]  # figures
+    assert len(made) == 4 and all("MIXED compute" in line for line in made)
+    assert "no runs that differ only in `partition`" in md
