@@ -24,9 +24,9 @@ help: ## Show this help
 
 venv: $(VENV)/.installed ## Create .venv and install the pinned dependencies
 
-sweep: venv ## Run the default study on CPU (gloo, wandb offline), then its report
+sweep: venv ## Run the default study on CPU (gloo, wandb offline), then its report (also as reports/example)
 	$(PY) -m harness -m $(SWEEP_ARGS)
-	$(PY) -m harness.report --out $(REPORTS)
+	$(PY) -m harness.report --out $(REPORTS) --copy-as example
 
 report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports/<sweep>/
 	$(PY) -m harness.report $(SWEEP) --out $(REPORTS)
@@ -40,8 +40,10 @@ test: venv ## Unit, multi-process (gloo) and end-to-end sweep tests
 test-fast: venv ## Pure unit tests only (seconds)
 	$(PY) -m pytest -q -m "not dist and not sweep and not bench and not gpu"
 
-bench: venv ## Benchmarks with timing on (pytest-benchmark)
-	$(PY) -m pytest -q -m bench --benchmark-enable --benchmark-autosave
+bench: venv ## Benchmarks, timed; fails on a median 25% slower than benchmarks/baseline.json
+	$(PY) -m pytest -q -m bench --benchmark-enable --benchmark-autosave \
+		--benchmark-compare=benchmarks/baseline.json --benchmark-compare-fail=median:25% \
+		--benchmark-columns=median,iqr,min,max,rounds --benchmark-sort=name
 
 clean: ## Remove runs/ and caches (keeps .venv and reports/)
 	rm -rf runs .pytest_cache .benchmarks

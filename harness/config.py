@@ -204,6 +204,11 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
             raise ConfigError(f"global_batch={c.global_batch}: must split evenly into dp={c.dp} x "
                               f"microbatches={c.microbatches} microbatches (allowed: multiples of "
                               f"{c.dp * c.microbatches})")
+    if c.executor == "pytorch" and c.dp > 1:
+        raise ConfigError(f"dp={c.dp}: executor=pytorch runs one pipeline (allowed: dp=1, or executor=native)")
+    if c.executor == "pytorch" and fault and fault.kind == "noaccum":
+        raise ConfigError(f"fault={c.fault}: noaccum is the native executor's (allowed with executor=pytorch: "
+                          "raise, kill, hang)")
     if c.dp > 1 and c.schedule.name in SPLIT_BACKWARD:
         raise ConfigError(f"dp={c.dp}: schedule={c.schedule.name} defers weight gradients past the backward, "
                           f"where DDP's gradient hooks never see them (allowed with dp > 1: gpipe, 1f1b, "

@@ -15,6 +15,7 @@ from harness.plan import Plan, make_plan
 from harness.reference import reference_losses
 from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, plot_gantt, write_json_atomic, write_trace_json
 from harness.runtime.launch import RankReport, WorkerError, run_native, run_torchrun, torchrun_rank
+from harness.runtime.worker import run_rank
 from harness.simulate.engine import simulate
 from harness.trace import Event, Trace
 
@@ -30,7 +31,7 @@ def to_trace(reports: list[RankReport]) -> tuple[Trace, list[tuple[int, int, flo
 
 def headline(result: dict) -> str:
     c, m = result["config"], result.get("metrics")
-    mode = c["compute"] if c["executor"] == "native" else f"executor={c['executor']}"
+    mode = c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}"
     what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
     if result["status"] != "ok":
         return f"{what}: {result['status']}: {result['error']}"
@@ -52,13 +53,13 @@ def simulate_steps(plan: Plan) -> Trace:
 def execute(plan: Plan, pids: list[int]) -> tuple[Trace, list, list[float] | None, list[RankReport]]:
     if plan.config.executor == "sim":
         return simulate_steps(plan), [], None, []
+    if plan.config.executor == "pytorch":  # imported only when asked for: it reaches into torch internals
+        from harness.runtime.peer import peer_worker_main, run_peer_rank
     if torchrun_rank() is not None:
-        reports = run_torchrun(plan)
+        reports = run_torchrun(plan, run_peer_rank if plan.config.executor == "pytorch" else run_rank)
         if reports is None:  # not rank 0: rank 0 records
             return [], [], None, []
     elif plan.config.executor == "pytorch":
-        from harness.runtime.peer import peer_worker_main
-
         reports = run_native(plan, peer_worker_main, pids)
     else:
         reports = run_native(plan, pids=pids)

@@ -116,7 +116,7 @@ def torchrun_rank() -> tuple[int, int] | None:
     return None
 
 
-def run_torchrun(plan: Plan) -> list[RankReport] | None:
+def run_torchrun(plan: Plan, run: Callable[[int, Plan, str], dict] = run_rank) -> list[RankReport] | None:
     """This process is one of the ranks torchrun made: run it, gather every rank's payload
     on rank 0 over the process group. Rank 0 gets the reports, the others None."""
     rank, world = torchrun_rank()
@@ -125,7 +125,7 @@ def run_torchrun(plan: Plan) -> list[RankReport] | None:
                           f"{plan.world} (launch pp x dp processes, e.g. --nproc-per-node {plan.world})")
     try:
         try:
-            payload = {"ok": run_rank(rank, plan, "env://")}
+            payload = {"ok": run(rank, plan, "env://")}
         except Exception as e:  # noqa: BLE001 - reported through rank 0
             payload = {"error": one_line(e)}
         gathered = [None] * world if rank == 0 else None

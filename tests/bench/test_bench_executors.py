@@ -1,0 +1,107 @@
+"""Benchmarks: how fast the executors run a plan, and what a sweep pays per job.
+
+`make bench` times them and compares with benchmarks/baseline.json; under the default
+--benchmark-disable each runs once as a test. What is timed is the wall time of whole jobs
+(`run_job`: processes, steps, metrics, records); the figures of interest, ratios of step
+times measured by the workers themselves, are in each benchmark's extra_info.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from harness.config import Config
+from harness.job import run_job
+from harness.plan import make_plan
+from harness.simulate.engine import simulate
+
+pytestmark = pytest.mark.bench
+EXECUTORS = ("native", "pytorch")
+# emulated stages: 2 layers x 2.5 ms forward, backward twice that; the real math of the
+# 32-wide mlp takes ~0.5 ms of each, so the modeled costs are what the steps take
+EMULATED = {"compute": "emulated", "cost.fwd_ms_per_layer": 2.5}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forkserver_up(tmp_path_factory) -> None:
+    """One tiny job per executor first: starting the forkserver (importing torch, ~5 s
+    here) belongs to no benchmark; every later job forks from it."""
+    c = Config()
+    c.wandb.mode, c.pp, c.microbatches, c.steps = "disabled", 2, 2, 1
+    for executor in EXECUTORS:
+        c.executor = executor
+        _ok(run_job(c, tmp_path_factory.mktemp(executor), "bench", "warm-up"))
+
+
+def _ok(result: dict) -> dict:
+    assert result["status"] == "ok", result["error"]
+    return result["metrics"]
+
+
+def _rounds(benchmark, fn: Callable[[], dict], rounds: int) -> list[dict]:
+    """`fn` timed over `rounds` calls (one when timing is off); every call's result."""
+    results: list[dict] = []
+    benchmark.pedantic(lambda: results.append(fn()), rounds=rounds, iterations=1)
+    return results
+
+
+def _median_step(metrics: list[dict]) -> float:
+    """Median over every measured step of every round: one job's 5 steps are noisy here."""
+    return statistics.median(s for m in metrics for s in m["step_times_s"])
+
+
+@pytest.mark.parametrize("pp,overrides", [
+    pytest.param(2, {"model.hidden": 256}, id="real-pp2"),  # real math: framework overhead and the CPU
+    pytest.param(4, EMULATED, id="emulated-pp4"),  # modeled compute: the schedule and the P2P
+])
+def test_native_vs_pytorch_step_time(benchmark, config, tmp_path: Path, pp, overrides):
+    """The same 1F1B plan through both executors; extra_info: median step times and
+    native / pytorch (> 1: torch's engine is faster)."""
+
+    def both() -> dict[str, dict]:
+        return {ex: _ok(run_job(config(pp=pp, microbatches=8, steps=5, executor=ex, **overrides),
+                                tmp_path / ex, "bench", ex)) for ex in EXECUTORS}
+
+    rounds = _rounds(benchmark, both, rounds=3)
+    step = {ex: _median_step([r[ex] for r in rounds]) for ex in EXECUTORS}
+    assert rounds[0]["native"]["losses"] == pytest.approx(rounds[0]["pytorch"]["losses"], rel=1e-5)
+    benchmark.extra_info.update({f"{ex}_step_s": step[ex] for ex in EXECUTORS})
+    benchmark.extra_info["native_over_pytorch"] = step["native"] / step["pytorch"]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_executor_overhead_vs_simulator(benchmark, config, tmp_path: Path, executor):
+    """Measured step time over the simulator's makespan on the same modeled op costs
+    (emulated, equal stages, pp=4, M=16, 1F1B): what the executor adds to the schedule
+    (P2P, Python, oversleep, the optimizer). Goal: within 5% of 1.0."""
+    c = config(pp=4, microbatches=16, steps=5, executor=executor, **EMULATED)
+    plan = make_plan(c)
+    predicted = max(e.end for e in simulate(plan.schedule, plan.sim_cost()))
+    step = _median_step(_rounds(benchmark, lambda: _ok(run_job(c, tmp_path, "bench", executor)), rounds=3))
+    ratio = step / predicted
+    benchmark.extra_info.update(step_s=step, simulated_s=predicted, measured_over_simulated=ratio)
+    assert 1.0 <= ratio < 1.5, ratio  # below 1: the emulation undercut its own costs; far above: broken
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_sweep_job_overhead(benchmark, config, tmp_path: Path, executor):
+    """Wall time of one tiny job once the forkserver is up: what each point of a sweep
+    costs besides its steps (processes, process group, metrics, records). extra_info: job
+    and step seconds."""
+    c = config(pp=2, microbatches=2, steps=1, warmup_steps=0, executor=executor)
+    walls: list[float] = []
+
+    def job() -> dict:
+        t0 = time.perf_counter()
+        metrics = _ok(run_job(c, tmp_path / "job", "bench", "job"))
+        walls.append(time.perf_counter() - t0)
+        return metrics
+
+    # 9 rounds: about one launch in ten stalls ~0.6 s (both executors); the median ignores it
+    step, wall = _median_step(_rounds(benchmark, job, rounds=9)), statistics.median(walls)
+    benchmark.extra_info.update(job_s=wall, step_s=step, overhead_s=wall - step)
