@@ -8,8 +8,10 @@ VENV ?= .venv
 PY ?= $(VENV)/bin/python
 SWEEP ?=
 REPORTS ?= reports
-# The default study: GPipe vs 1F1B x pp 2,4 x M 2..16, emulated compute (conf/experiment/study.yaml).
+# The default study: GPipe vs 1F1B x pp 2,4 x M 2..16, emulated compute (conf/experiment/study.yaml),
+# then microbatch size x checkpointing (real compute), dp 1,2,4 and two partitioners, all in one sweep dir.
 SWEEP_ARGS ?= experiment=study
+SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,9 +26,13 @@ help: ## Show this help
 
 venv: $(VENV)/.installed ## Create .venv and install the pinned dependencies
 
-sweep: venv ## Run the default study on CPU (gloo, wandb offline), then its report (also as reports/example)
-	$(PY) -m harness -m $(SWEEP_ARGS)
-	$(PY) -m harness.report --out $(REPORTS) --copy-as example
+sweep: venv ## The default study on CPU (gloo, wandb offline), every axis lightly; then its report (also reports/example)
+	$(PY) -m harness -m $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_DIR)
+	$(PY) -m harness -m pp=2 microbatches=8 microbatch_size=4,8 checkpointing=false,true compute=real steps=3 \
+		hydra.sweep.dir=$(SWEEP_DIR)
+	$(PY) -m harness -m experiment=dp schedule=1f1b hydra.sweep.dir=$(SWEEP_DIR)
+	$(PY) -m harness -m experiment=balance +scenario=h200_emulated partition=params,profile hydra.sweep.dir=$(SWEEP_DIR)
+	$(PY) -m harness.report $(SWEEP_DIR) --out $(REPORTS) --copy-as example
 
 report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports/<sweep>/
 	$(PY) -m harness.report $(SWEEP) --out $(REPORTS)

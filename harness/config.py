@@ -116,6 +116,7 @@ class Config:
     seed: int = 0  # model init and data
     lr: float = 0.01  # SGD learning rate
     max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
+    start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
     timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
     resume: bool = False  # in an existing sweep dir: skip jobs whose result.json says ok
     debug: bool = False  # show tracebacks instead of one-line errors
@@ -152,6 +153,7 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     _one_of("compute", c.compute, COMPUTE_MODES)
     _one_of("device", c.device, DEVICES)
     _one_of("wandb.mode", c.wandb.mode, WANDB_MODES)
+    _one_of("start_method", c.start_method, ("forkserver", "spawn"))
     for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "max_processes"):
         _at_least(key, getattr(c, key), 1)
     _at_least("warmup_steps", c.warmup_steps, 0)

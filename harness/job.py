@@ -39,7 +39,8 @@ def headline(result: dict) -> str:
     theory = "n/a" if b["theory"] is None else f"{b['theory']:.3f}"
     return (f"{what}: bubble measured {b['measured']:.3f} (theory {theory}, simulated "
             f"{b['simulated']:.3f}), step {m['step_time_s'] * 1e3:.1f} ms, "
-            f"{m['throughput_samples_s']:.0f} samples/s")
+            f"{m['throughput_samples_s']:.0f} samples/s"
+            + (f", {m['throughput_tokens_s']:.0f} tokens/s" if m.get("throughput_tokens_s") else ""))
 
 
 def simulate_steps(plan: Plan) -> Trace:

@@ -159,6 +159,9 @@ def compute_metrics(plan: Plan, trace: Trace, losses: list[float] | None, report
         "step_time_s": st,
         "step_times_s": times,
         "throughput_samples_s": c.microbatches * c.microbatch_size * c.dp / st,
+        # gpt: tokens per second too (samples x seq), the figure LM people compare
+        "throughput_tokens_s": c.microbatches * c.microbatch_size * c.dp * c.model.seq / st
+        if c.model.name == "gpt" else None,
         "losses": losses,
         "bubble": {
             "theory": _theory(theory.bubble_fraction, c.schedule.name, c.pp, c.microbatches, c.virtual_stages),

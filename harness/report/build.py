@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.report import partition
+from harness.report.peer import peer_section
 from harness.report.bubble import bubble_vs_microbatches, measured_vs_theory
 from harness.report.doc import Block, Heading, Image, Items, Text, markdown
 from harness.report.figures import Figure, provenance
@@ -87,7 +88,7 @@ def build_report(sweep: Sweep, out: Path) -> Path:
     blocks = header(sweep) + [Heading("Runs"), *summary(sweep.runs)] + problems(sweep)
     for make in FIGURES:
         blocks += figure_section(safely(make, sweep.runs, out))
-    blocks += partition_section(sweep.runs, out) + gallery_section(sweep, out)
+    blocks += partition_section(sweep.runs, out) + peer_section(sweep.runs) + gallery_section(sweep, out)
     (out / "index.md").write_text(markdown(blocks))
     (out / "index.html").write_text(page(blocks, f"Sweep {sweep.name}", out))
     return out / "index.md"

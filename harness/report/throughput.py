@@ -11,10 +11,10 @@ from harness.report.figures import Figure, log2_x, save, say
 from harness.report.runs import dim, ok, series
 
 
-def _line(ax, runs: list[dict], x: str, y, label: str, **kw) -> None:
+def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", **kw) -> None:
     """Every run as a point, the line through the mean at each x (repeats of a point stay visible)."""
     xs = sorted({dim(r, x) for r in runs})
-    line = ax.plot(xs, [fmean(y(r) for r in runs if dim(r, x) == v) for v in xs], "-", lw=1.2, label=label, **kw)
+    line = ax.plot(xs, [fmean(y(r) for r in runs if dim(r, x) == v) for v in xs], style, lw=1.2, label=label, **kw)
     ax.plot([dim(r, x) for r in runs], [y(r) for r in runs], "o", ms=4, color=line[0].get_color())
 
 
@@ -48,7 +48,7 @@ def throughput(runs: list[dict], out: Path) -> Figure:
     if not runs:
         fig_.missing.append("no run finished ok")
         return fig_
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
     drawn = [_against(left, runs, "M", "microbatches M"), _against(right, runs, "B", "microbatch size B")]
     fig_.missing += [f"no runs that vary {x}" for x, d in zip(("microbatches M", "microbatch size B"), drawn) if not d]
     if not any(drawn):
@@ -63,23 +63,28 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
     so ideal scaling is throughput x dp at an unchanged bubble."""
     runs = ok(runs)
     fig_ = Figure("Data-parallel scaling",
-                  "Throughput (left; dotted: linear scaling from the dp=1 run) and measured bubble (right) against "
-                  "the data-parallel replicas dp, at fixed pipeline depth and microbatch count.", runs)
+                  "Throughput (left; dotted: linear scaling from the dp=1 run), measured bubble (middle) and the "
+                  "gradient sync (right: measured dp_sync_s solid, ring all-reduce model dashed) against the "
+                  "data-parallel replicas dp, at fixed pipeline depth and microbatch count.", runs)
     if not any(dim(r, "dp") > 1 for r in runs):
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
         return fig_
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
     for lbl, mine in series(runs, "dp", always=("pp", "M")).items():
         _line(left, mine, "dp", _samples_s, lbl)
         if base := [_samples_s(r) for r in mine if dim(r, "dp") == 1]:
             dps = sorted({dim(r, "dp") for r in mine})
             left.plot(dps, [fmean(base) * d for d in dps], ":", color=left.lines[-1].get_color(), lw=1)
         _line(right, mine, "dp", lambda r: r["metrics"]["bubble"]["measured"], lbl)
+        if synced := [r for r in mine if r["metrics"].get("dp_sync_s") is not None]:
+            _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_s"] * 1e3, lbl)
+            _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_theory_s"] * 1e3, f"{lbl} (model)", "--",
+                  color=sync.lines[-1].get_color())
     if single := [lbl for lbl, mine in series(runs, "dp", always=("pp", "M")).items()
                   if len({dim(r, "dp") for r in mine}) < 2]:
         fig_.missing.append(f"lines with a single dp value (a point, no scaling): {'; '.join(single)}")
-    for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured")):
+    for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
         log2_x(ax, [dim(r, "dp") for r in runs])
         ax.set_ylim(bottom=0)

@@ -45,12 +45,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _context(preload: str = "harness.runtime.worker"):
+def _context(method: str, preload: str = "harness.runtime.worker"):
     """forkserver: one server process imports torch and the worker once; each rank is then
     a fork of it (~tens of ms) instead of a fresh interpreter re-importing torch (~1 s
     each, 4-5 s for 4 ranks on 2 cores). The server forks before any thread pool or
     process group exists, so the children start clean. It lives as long as this process,
     so every job of a sweep (and of a test session) launches fast."""
+    if method == "spawn":  # a fresh interpreter per rank: the slow baseline the benchmark compares with
+        return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([preload])
     return ctx
@@ -60,7 +62,7 @@ def run_native(plan: Plan, target: Callable = worker_main, pids: list[int] | Non
     """Runs the plan on plan.world ranks, each `target(rank, port, plan, results)`; raises
     WorkerError on the first failure. Every rank is gone when it returns or raises; their
     pids are appended to `pids` so a caller can check."""
-    ctx = _context(target.__module__)
+    ctx = _context(plan.config.start_method, target.__module__)
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=target, args=(r, port, plan, results), daemon=True)

@@ -105,3 +105,50 @@ def test_sweep_job_overhead(benchmark, config, tmp_path: Path, executor):
     # 9 rounds: about one launch in ten stalls ~0.6 s (both executors); the median ignores it
     step, wall = _median_step(_rounds(benchmark, job, rounds=9)), statistics.median(walls)
     benchmark.extra_info.update(job_s=wall, step_s=step, overhead_s=wall - step)
+
+
+def test_forkserver_against_spawn_per_job(benchmark, config, tmp_path: Path):
+    """The sweep engine's launch: ranks forked from a warm forkserver (default) against a
+    fresh interpreter per rank (start_method=spawn), on the same tiny 4-rank job. Timed:
+    the forkserver job; extra_info: both medians and their ratio (goal: < 0.5 s a job)."""
+    def wall(method: str) -> float:
+        c = config(pp=4, microbatches=2, steps=1, warmup_steps=0, start_method=method)
+        t0 = time.perf_counter()
+        _ok(run_job(c, tmp_path / method, "bench", method))
+        return time.perf_counter() - t0
+
+    spawn = statistics.median(wall("spawn") for _ in range(3))
+    forked: list[float] = []
+    benchmark.pedantic(lambda: forked.append(wall("forkserver")), rounds=5, iterations=1)
+    benchmark.extra_info.update(spawn_job_s=spawn, forkserver_job_s=statistics.median(forked),
+                                forkserver_over_spawn=statistics.median(forked) / spawn)
+
+
+def test_tracing_overhead(benchmark, config):
+    """Tracing on against off: one rank's steps in this process (pp=1, no process group
+    needed), with the executor's event recording replaced by a no-op for 'off'. extra_info:
+    the ratio (goal: under 1.02)."""
+    import torch
+
+    from harness.plan import make_plan
+    from harness.runtime.executor import StageRunner
+
+    torch.set_num_threads(1)
+    plan = make_plan(config(pp=1, microbatches=16, **{"model.hidden": 64}))
+
+    def steps(traced: bool, n: int = 20) -> float:
+        runner = StageRunner(0, plan, torch.device("cpu"))
+        if not traced:
+            runner._record = lambda *a: None
+        runner.run_step(0)  # warm-up
+        t0 = time.perf_counter()
+        for s in range(n):
+            runner.run_step(s + 1)
+            runner.take_events()
+        return (time.perf_counter() - t0) / n
+
+    off = statistics.median(steps(False) for _ in range(3))
+    on: list[float] = []
+    benchmark.pedantic(lambda: on.append(steps(True)), rounds=3, iterations=1)
+    benchmark.extra_info.update(traced_step_s=statistics.median(on), untraced_step_s=off,
+                                traced_over_untraced=statistics.median(on) / off)
