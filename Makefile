@@ -12,6 +12,8 @@ REPORTS ?= reports
 # then microbatch size x checkpointing (real compute), dp 1,2,4 and two partitioners, all in one sweep dir.
 SWEEP_ARGS ?= experiment=study
 SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
+# job directories of the later parts get a prefix (ckpt0_..., dp1_...): ids stay unique in the report
+SUBDIR = 'hydra.sweep.subdir=$(1)$${hydra.job.num}_$${hydra.job.override_dirname}'
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,9 +31,10 @@ venv: $(VENV)/.installed ## Create .venv and install the pinned dependencies
 sweep: venv ## The default study on CPU (gloo, wandb offline), every axis lightly; then its report (also reports/example)
 	$(PY) -m harness -m $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_DIR)
 	$(PY) -m harness -m pp=2 microbatches=8 microbatch_size=4,8 checkpointing=false,true compute=real steps=3 \
-		hydra.sweep.dir=$(SWEEP_DIR)
-	$(PY) -m harness -m experiment=dp schedule=1f1b hydra.sweep.dir=$(SWEEP_DIR)
-	$(PY) -m harness -m experiment=balance +scenario=h200_emulated partition=params,profile hydra.sweep.dir=$(SWEEP_DIR)
+		hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,ckpt)
+	$(PY) -m harness -m experiment=dp schedule=1f1b hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,dp)
+	$(PY) -m harness -m experiment=balance +scenario=h200_emulated partition=params,profile \
+		hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,part)
 	$(PY) -m harness.report $(SWEEP_DIR) --out $(REPORTS) --copy-as example
 
 report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports/<sweep>/

@@ -10,14 +10,14 @@ from pathlib import Path
 import torch
 
 from harness.config import Config, ConfigError
-from harness.metrics import compute_metrics, grad_check
+from harness.metrics import compute_metrics, grad_check, ring_allreduce_s
 from harness.plan import Plan, make_plan
 from harness.reference import reference_losses
 from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, plot_gantt, write_json_atomic, write_trace_json
 from harness.runtime.launch import RankReport, WorkerError, run_native, run_torchrun, torchrun_rank
 from harness.runtime.worker import run_rank
 from harness.simulate.engine import simulate
-from harness.trace import Event, Trace
+from harness.trace import COMM, Event, Trace
 
 
 def to_trace(reports: list[RankReport]) -> tuple[Trace, list[tuple[int, int, float, int]]]:
@@ -44,8 +44,18 @@ def headline(result: dict) -> str:
 
 
 def simulate_steps(plan: Plan) -> Trace:
-    """executor=sim: every step simulated on the modeled costs (cost.*, comm.*), back to back."""
+    """executor=sim: every step simulated on the modeled costs (cost.*, comm.*), back to back.
+    With dp > 1 each stage's last backward is followed by its ring all-reduce (dp_sync), as
+    the native executor traces it; replicas are identical, so one pipeline stands for all."""
     one = simulate(plan.schedule, plan.sim_cost())
+    if plan.config.dp > 1:
+        sync = ring_allreduce_s(plan)
+        last = {}  # (rank, stage) -> its last backward event
+        for e in one:
+            if e.kind in "BI":
+                last[(e.rank, e.stage)] = e
+        for (rank, stage), e in last.items():  # sync after the stage's last backward (no overlap)
+            one.append(Event(rank, 0, f"dp_sync {stage}", COMM, "dp_sync", stage, -1, e.end, e.end + sync))
     span = max(e.end for e in one)
     return [replace(e, step=s, start=e.start + s * span, end=e.end + s * span)
             for s in range(plan.config.warmup_steps + plan.config.steps) for e in one]

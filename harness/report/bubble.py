@@ -15,10 +15,23 @@ def _theory(r: dict) -> float | None:
     return theory_or_none(c["schedule"]["name"], c["pp"], c["microbatches"], c.get("virtual_stages", 1))
 
 
+def _setting(r: dict) -> tuple:
+    """What else sets a bubble besides schedule, N and M: runs differing in these are not
+    points of one curve."""
+    c = r["config"]
+    return (c["compute"], c["executor"], c["partition"]["name"], c.get("profile"), c.get("dp", 1),
+            c.get("checkpointing", False), c["model"]["name"], c["microbatch_size"])
+
+
 def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     """One panel per pipeline depth N, one colour per schedule: its closed form as a line,
-    measured as filled points (bars: spread over measured steps), simulated as hollow ones."""
+    measured as filled points (bars: spread over measured steps), simulated as hollow ones.
+    Drawn for the sweep's most common setting (compute, partition, dp, ...); runs in other
+    settings are listed as not drawn, each has its own figure below."""
     runs = ok(runs)
+    common = max(({_setting(r) for r in runs}), key=lambda k: sum(_setting(r) == k for r in runs), default=None)
+    others = [r for r in runs if _setting(r) != common]
+    runs = [r for r in runs if _setting(r) == common]
     fig_ = Figure("Bubble against microbatches",
                   "Lines: each schedule's closed form (N-1)/(M+N-1) for GPipe and 1F1B, its own for the others. "
                   "Filled markers: measured (mean idle fraction of the step window over ranks; bars span the "
@@ -27,6 +40,9 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     if not runs:
         fig_.missing.append("no run finished ok")
         return fig_
+    if others:
+        fig_.missing.append(f"runs {run_ids(others)}: another compute mode, partition, dp, checkpointing, model or "
+                            "microbatch size than the rest (their own sections show them)")
     depths = sorted({r["config"]["pp"] for r in runs})
     colors = schedule_colors(runs)
     fig, axes = plt.subplots(1, len(depths), figsize=(5.2 * len(depths), 4.2), squeeze=False, sharey=True)
@@ -54,8 +70,8 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
         ax.set_xlabel("microbatches M")
         ax.set_title(f"N = {n}", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
+    axes[0][0].set_ylim(bottom=0)  # once every panel is drawn: the axes share y, and this fixes the top
     axes[0][0].set_ylabel("bubble fraction (idle / step window)")
     fig_.path = save(fig, out / "bubble_vs_microbatches.png", fig_.title, runs)
     return fig_

@@ -71,9 +71,10 @@ def series(runs: list[dict], x: str, always: tuple[str, ...] = ()) -> dict[str, 
 
 
 def run_id(run: dict) -> str:
-    """The Hydra job number of a sweep's run directory (`12_pp=4,...` -> `12`), else its name."""
-    m = re.match(r"(\d+)_", run["_dir"])
-    return m.group(1) if m else run["_dir"]
+    """The job's id in its sweep directory: what precedes the first "_" (`12_pp=4,...` -> `12`;
+    make sweep's later parts use `ckpt0_...`, `dp1_...`), else the directory's name."""
+    head = run["_dir"].split("_", 1)[0]
+    return head if re.fullmatch(r"[a-z]*\d+", head) else run["_dir"]
 
 
 def run_ids(runs: Iterable[dict]) -> str:

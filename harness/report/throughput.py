@@ -8,7 +8,7 @@ from statistics import fmean
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, say
-from harness.report.runs import dim, ok, series
+from harness.report.runs import dim, ok, run_ids, series, varying
 
 
 def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", **kw) -> None:
@@ -22,21 +22,31 @@ def _samples_s(r: dict) -> float:
     return r["metrics"]["throughput_samples_s"]
 
 
-def _against(ax, runs: list[dict], x: str, name: str) -> bool:
-    """Throughput against dimension x, one line per combination of what else varies; False
-    (and the panel says why) when no two runs differ in x."""
-    values = sorted({dim(r, x) for r in runs})
-    if len(values) < 2:
-        say(ax, f"no runs that vary {name} (all {x}={values[0]})")
-        return False
+def _only_varying(runs: list[dict], x: str) -> list[dict]:
+    """The runs that form lines against x: groups equal in everything but x (dims that vary
+    in the sweep) with at least two values of x. Other runs belong to other figures."""
+    others = [d for d in varying(runs) if d != x]
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(tuple(repr(dim(r, d)) for d in others), []).append(r)
+    return [r for g in groups.values() if len({dim(r, x) for r in g}) > 1 for r in g]
+
+
+def _against(ax, runs: list[dict], x: str, name: str) -> list[dict]:
+    """Throughput against dimension x, one line per combination of what else varies; the
+    runs drawn ([] and the panel says why when no two runs differ in x alone)."""
+    runs = _only_varying(runs, x)
+    if not runs:
+        say(ax, f"no runs that differ in {name} alone")
+        return []
     for lbl, mine in series(runs, x).items():
         _line(ax, mine, x, _samples_s, lbl)
-    log2_x(ax, values)
+    log2_x(ax, sorted({dim(r, x) for r in runs}))
     ax.set(xlabel=name, ylabel="throughput (samples/s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
-    return True
+    return runs
 
 
 def throughput(runs: list[dict], out: Path) -> Figure:
@@ -48,19 +58,25 @@ def throughput(runs: list[dict], out: Path) -> Figure:
     if not runs:
         fig_.missing.append("no run finished ok")
         return fig_
-    fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     drawn = [_against(left, runs, "M", "microbatches M"), _against(right, runs, "B", "microbatch size B")]
-    fig_.missing += [f"no runs that vary {x}" for x, d in zip(("microbatches M", "microbatch size B"), drawn) if not d]
-    if not any(drawn):
+    fig_.missing += [f"no runs that differ in {x} alone" for x, d in zip(("microbatches M", "microbatch size B"), drawn)
+                     if not d]
+    shown = {id(r) for d in drawn for r in d}
+    if rest := [r for r in runs if id(r) not in shown]:
+        fig_.missing.append(f"runs {run_ids(rest)}: no other run differs from them in M or B alone")
+    fig_.runs = [r for r in runs if id(r) in shown]
+    if not fig_.runs:
         plt.close(fig)
         return fig_
-    fig_.path = save(fig, out / "throughput.png", fig_.title, runs)
+    fig_.path = save(fig, out / "throughput.png", fig_.title, fig_.runs)
     return fig_
 
 
 def dp_scaling(runs: list[dict], out: Path) -> Figure:
-    """Throughput and bubble against dp, one line per (pp, M, ...): dp scales the global batch,
-    so ideal scaling is throughput x dp at an unchanged bubble."""
+    """Throughput, bubble and gradient sync against dp, one line per plan that differs only in
+    dp (and the microbatch size a fixed global batch implies): ideal scaling is throughput x dp
+    at an unchanged bubble."""
     runs = ok(runs)
     fig_ = Figure("Data-parallel scaling",
                   "Throughput (left; dotted: linear scaling from the dp=1 run), measured bubble (middle) and the "
@@ -70,8 +86,21 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
         return fig_
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        c = r["config"]
+        groups.setdefault((c["schedule"]["name"], c["pp"], c["microbatches"], c["compute"], dim(r, "partition"),
+                           dim(r, "model"), c.get("global_batch")), []).append(r)
+    scaling = {k: g for k, g in groups.items() if len({dim(r, "dp") for r in g}) > 1}
+    if skipped := [r for k, g in groups.items() if k not in scaling for r in g]:
+        fig_.missing.append(f"runs {run_ids(skipped)}: no other run differs from them in dp alone")
+    runs = fig_.runs = [r for g in scaling.values() for r in g]
+    if not runs:
+        return fig_
     fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
-    for lbl, mine in series(runs, "dp", always=("pp", "M")).items():
+    for (sched, pp, m, compute, *_), mine in scaling.items():
+        gb = mine[0]["config"].get("global_batch")
+        lbl = f"{sched} pp={pp} M={m} {compute}" + (f", global batch {gb}" if gb else "")
         _line(left, mine, "dp", _samples_s, lbl)
         if base := [_samples_s(r) for r in mine if dim(r, "dp") == 1]:
             dps = sorted({dim(r, "dp") for r in mine})
@@ -81,15 +110,12 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
             _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_s"] * 1e3, lbl)
             _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_theory_s"] * 1e3, f"{lbl} (model)", "--",
                   color=sync.lines[-1].get_color())
-    if single := [lbl for lbl, mine in series(runs, "dp", always=("pp", "M")).items()
-                  if len({dim(r, "dp") for r in mine}) < 2]:
-        fig_.missing.append(f"lines with a single dp value (a point, no scaling): {'; '.join(single)}")
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
         log2_x(ax, [dim(r, "dp") for r in runs])
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # the sync panel is empty when no run synced
+            ax.legend(fontsize=6)
     fig_.path = save(fig, out / "dp_scaling.png", fig_.title, runs)
     return fig_
-
