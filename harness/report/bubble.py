@@ -7,20 +7,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, schedule_colors, theory_or_none
-from harness.report.runs import ok, run_ids, schedule_label
+from harness.report.runs import ok, run_ids, schedule_label, setting
 
 
 def _theory(r: dict) -> float | None:
     c = r["config"]
     return theory_or_none(c["schedule"]["name"], c["pp"], c["microbatches"], c.get("virtual_stages", 1))
-
-
-def _setting(r: dict) -> tuple:
-    """What else sets a bubble besides schedule, N and M: runs differing in these are not
-    points of one curve."""
-    c = r["config"]
-    return (c["compute"], c["executor"], c["partition"]["name"], c.get("profile"), c.get("dp", 1),
-            c.get("checkpointing", False), c["model"]["name"], c["microbatch_size"])
 
 
 def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
@@ -29,9 +21,9 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     Drawn for the sweep's most common setting (compute, partition, dp, ...); runs in other
     settings are listed as not drawn, each has its own figure below."""
     runs = ok(runs)
-    common = max(({_setting(r) for r in runs}), key=lambda k: sum(_setting(r) == k for r in runs), default=None)
-    others = [r for r in runs if _setting(r) != common]
-    runs = [r for r in runs if _setting(r) == common]
+    common = max(({setting(r) for r in runs}), key=lambda k: sum(setting(r) == k for r in runs), default=None)
+    others = [r for r in runs if setting(r) != common]
+    runs = [r for r in runs if setting(r) == common]
     fig_ = Figure("Bubble against microbatches",
                   "Lines: each schedule's closed form (N-1)/(M+N-1) for GPipe and 1F1B, its own for the others. "
                   "Filled markers: measured (mean idle fraction of the step window over ranks; bars span the "

@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, save, schedule_order
-from harness.report.runs import ok, run_ids
+from harness.report.runs import ok, run_ids, setting
 
 
 def _peaks(r: dict) -> list[int] | None:
@@ -34,7 +34,11 @@ def memory_per_rank(runs: list[dict], out: Path) -> Figure:
     n = max(r["config"]["pp"] for r in measured)
     if shallow := [r for r in measured if r["config"]["pp"] != n]:
         fig_.missing.append(f"runs {run_ids(shallow)}: pp < {n}, only the deepest pipeline is drawn")
-    fig_.runs = [r for r in measured if r["config"]["pp"] == n]
+    deepest = [r for r in measured if r["config"]["pp"] == n]
+    common = max({setting(r) for r in deepest}, key=lambda k: sum(setting(r) == k for r in deepest))
+    if other := [r for r in deepest if setting(r) != common]:  # bars of one model and batch shape only
+        fig_.missing.append(f"runs {run_ids(other)}: another model, microbatch size, dp or compute mode")
+    fig_.runs = [r for r in deepest if setting(r) == common]
     schedules = schedule_order({r["config"]["schedule"]["name"] for r in fig_.runs})
     fig, axes = plt.subplots(1, len(schedules), figsize=(5 * len(schedules), 3.8), sharey=True, squeeze=False)
     for ax, s in zip(axes[0], schedules):

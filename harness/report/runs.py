@@ -88,3 +88,11 @@ def run_ids(runs: Iterable[dict]) -> str:
         else:
             spans.append(str(n))
     return ", ".join(spans + names) or "none"
+
+
+def setting(r: dict) -> tuple:
+    """What else sets a bubble besides schedule, N and M: runs differing in these are not
+    points of one curve."""
+    c = r["config"]
+    return (c["compute"], c["executor"], c["partition"]["name"], c.get("profile"), c.get("dp", 1),
+            c.get("checkpointing", False), c["model"]["name"], c["microbatch_size"])
