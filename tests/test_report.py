@@ -116,9 +116,11 @@ def test_mixed_compute_modes_are_said_in_every_figure(tmp_path):
     assert len(loaded.runs) == 4 and not loaded.corrupt
     md = build_report(loaded, tmp_path / "rep").read_text()
     made = [line for line in md.splitlines() if line.startswith("Made from:") and "SVG:" in line]  # figures
-    # the bubble curve keeps to one setting (here: the first compute mode) and lists the rest as not drawn;
+    # the bubble curve and the memory bars keep to one setting and list the rest as not drawn;
     # every figure that draws both modes says so
     assert len(made) == 4
-    assert all("MIXED compute" in line for line in made if "bubble_vs_microbatches" not in line)
-    assert "another compute mode" in md
+    single = ("bubble_vs_microbatches", "memory_per_rank")
+    assert all("MIXED compute" in line for line in made if not any(f in line for f in single))
+    assert all("MIXED" not in line and "runs=2" in line for line in made if any(f in line for f in single))
+    assert "another compute mode" in md and "another model, microbatch size, dp or compute mode" in md
     assert "no runs that differ only in `partition`" in md
