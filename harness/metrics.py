@@ -10,6 +10,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import replace
 
+import torch
+
 from harness import theory
 from harness.model import get_model
 from harness.plan import Plan, layer_params
@@ -89,7 +91,7 @@ def simulated_bubble(plan: Plan, measured: Trace) -> float:
     return statistics.fmean(bubble_per_rank(sim, plan.config.pp))
 
 
-def grad_check(pipeline: dict[str, "torch.Tensor"], reference: dict[str, "torch.Tensor"]) -> dict:
+def grad_check(pipeline: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> dict:
     """Largest relative difference, over parameters, between the pipeline's accumulated
     gradient and the single-process full-batch one: max |g - r| / max |r|."""
     if set(pipeline) != set(reference):

@@ -39,10 +39,17 @@ def test_losses_equal_single_process_global_batch(tmp_path, config, pp, dp):
 
 @pytest.mark.dist
 def test_dp_sync_is_not_bubble(tmp_path, config):
-    """Emulated equal stages, pp=2 dp=2: the bubble stays the schedule's, whatever the sync costs."""
-    c = config(pp=2, dp=2, microbatches=4, compute="emulated", steps=2, **{"cost.fwd_ms_per_layer": 10.0})
-    b = run_job(c, tmp_path, "test", "sync")["metrics"]["bubble"]
-    assert abs(b["measured"] - b["theory"]) < 0.05, b
+    """pp=2 dp=2, emulated equal stages: the sync is its own event after the stage's compute
+    (never inside a compute slice), and the bubble stays the schedule's."""
+    c = config(pp=2, dp=2, microbatches=4, compute="emulated", steps=2, **{"cost.fwd_ms_per_layer": 20.0})
+    result = run_job(c, tmp_path, "test", "sync")
+    trace = [e for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    for sync in (e for e in trace if e["args"]["kind"] == "dp_sync"):
+        for e in trace:
+            if e["tid"] == sync["tid"] and e["args"]["kind"] in "FB" and e["args"]["step"] == sync["args"]["step"]:
+                assert e["ts"] + e["dur"] <= sync["ts"] + 1e-3  # us; compute ends before its sync starts
+    b = result["metrics"]["bubble"]
+    assert abs(b["measured"] - b["theory"]) < 0.06, b
 
 
 @pytest.mark.dist

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.config import ModelConfig
 from harness.model.split_linear import SplitLinear
+from harness.model.stack import LayerStack
 
 
 class Embed(nn.Module):
@@ -52,14 +52,7 @@ class Head(nn.Module):
         return self.lm(self.ln(x))
 
 
-class GPT:
-    def __init__(self, cfg: ModelConfig):
-        self.cfg = cfg
-
-    @property
-    def num_layers(self) -> int:
-        return self.cfg.num_layers
-
+class GPT(LayerStack):
     def kind(self, i: int) -> str:
         return "embed" if i == 0 else "head" if i == self.num_layers - 1 else "block"
 
@@ -71,13 +64,6 @@ class GPT:
         if kind == "head":
             return Head(c.hidden, c.vocab)
         return Block(c.hidden, c.heads)
-
-    def build_layers(self, start: int, end: int, seed: int) -> nn.Sequential:
-        layers = []
-        for i in range(start, end):
-            torch.manual_seed(seed * 1_000_003 + i)
-            layers.append(self.build_layer(i))
-        return nn.Sequential(*layers)
 
     def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Random token ids [samples, seq] and their next tokens as targets."""

@@ -9,28 +9,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.config import ModelConfig
 from harness.model.split_linear import SplitLinear
+from harness.model.stack import LayerStack
 
 
-class MLP:
-    def __init__(self, cfg: ModelConfig):
-        self.cfg = cfg
-
-    @property
-    def num_layers(self) -> int:
-        return self.cfg.num_layers
-
+class MLP(LayerStack):
     def build_layer(self, i: int) -> nn.Module:
         return nn.Sequential(SplitLinear(self.cfg.hidden, self.cfg.hidden), nn.GELU())
-
-    def build_layers(self, start: int, end: int, seed: int) -> nn.Sequential:
-        """Layers [start, end) of the model, each from its own generator."""
-        layers = []
-        for i in range(start, end):
-            torch.manual_seed(seed * 1_000_003 + i)
-            layers.append(self.build_layer(i))
-        return nn.Sequential(*layers)
 
     def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets of one step's global batch: [samples, hidden] each."""

@@ -23,7 +23,6 @@ describe that order), and torch's stage placement is checked against the plan's.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from contextlib import contextmanager
 from datetime import timedelta
@@ -53,7 +52,7 @@ from harness.model.checkpoint import CheckpointedStage
 from harness.plan import Plan
 from harness.runtime.clock import CudaClock, HostClock
 from harness.runtime.faults import maybe_inject, parse_fault
-from harness.runtime.worker import one_line
+from harness.runtime.worker import worker_main
 from harness.schedules.ir import Action, Kind
 from harness.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
 
@@ -368,12 +367,5 @@ def run_peer_rank(rank: int, plan: Plan, init_method: str) -> dict:
 
 
 def peer_worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
-    """Entry point of a forked rank. Puts (rank, "ok", payload) or (rank, "error", line)."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
-    try:
-        results.put((rank, "ok", run_peer_rank(rank, plan, f"tcp://127.0.0.1:{port}")))
-    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
-        results.put((rank, "error", one_line(e)))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    """Entry point of a forked rank, as worker_main's, running torch's engine."""
+    worker_main(rank, port, plan, results, run_peer_rank)

@@ -8,6 +8,7 @@ import gc
 import os
 import traceback
 from datetime import timedelta
+from typing import Callable
 from multiprocessing.queues import Queue
 
 import torch
@@ -76,11 +77,13 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{at}".replace("\n", " ")
 
 
-def worker_main(rank: int, port: int, plan: Plan, results: Queue) -> None:
-    """Entry point of a forked rank. Puts (rank, "ok", payload) or (rank, "error", line)."""
+def worker_main(rank: int, port: int, plan: Plan, results: Queue,
+                run: Callable[[int, Plan, str], dict] = run_rank) -> None:
+    """Entry point of a forked rank: `run` it, put (rank, "ok", payload) or (rank, "error",
+    line) on `results`, and leave the process group."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
     try:
-        results.put((rank, "ok", run_rank(rank, plan, f"tcp://127.0.0.1:{port}")))
+        results.put((rank, "ok", run(rank, plan, f"tcp://127.0.0.1:{port}")))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
         results.put((rank, "error", one_line(e)))
     finally:
