@@ -43,8 +43,8 @@ report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports
 profile: venv ## Re-measure data/gpt_cpu_profile.json (the balance study's CPU profile)
 	$(PY) -m harness.profile +scenario=cpu_real --microbatch-sizes 1 4 8 --out data/gpt_cpu_profile.json
 
-test: venv ## Unit, multi-process (gloo) and end-to-end sweep tests
-	$(PY) -m pytest -q -m "not bench"
+test: venv ## Unit, multi-process (gloo), end-to-end sweep tests; benchmarks once, untimed (so they cannot rot)
+	$(PY) -m pytest -q
 
 test-fast: venv ## Pure unit tests only (seconds)
 	$(PY) -m pytest -q -m "not dist and not sweep and not bench and not gpu"
