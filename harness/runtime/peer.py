@@ -25,7 +25,6 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from datetime import timedelta
 from multiprocessing.queues import Queue
 from typing import Any, Callable, Iterator
 
@@ -52,7 +51,7 @@ from harness.model.checkpoint import CheckpointedStage
 from harness.plan import Plan
 from harness.runtime.clock import CudaClock, HostClock
 from harness.runtime.faults import maybe_inject, parse_fault
-from harness.runtime.worker import worker_main
+from harness.runtime.worker import join_world, worker_main
 from harness.schedules.ir import Action, Kind
 from harness.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
 
@@ -324,22 +323,8 @@ def _steps(rank: int, plan: Plan, schedule: _PipelineSchedule, modules: dict[int
 def run_peer_rank(rank: int, plan: Plan, init_method: str) -> dict:
     """Joins the world as `rank`, runs every step through torch's schedule; returns the same
     payload as the native run_rank. The caller owns the process group's teardown."""
-    torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
-    c = plan.config
-    if c.dp != 1:
-        raise ValueError(f"dp={c.dp}: executor=pytorch runs one pipeline (dp=1); executor=native runs replicas")
-    fault = parse_fault(c.fault)
-    if fault is not None and fault.kind == "noaccum":
-        raise ValueError(f"fault={c.fault}: noaccum breaks the native executor's gradient accumulation; "
-                         "executor=pytorch has none of its own to break")
-    if plan.device == "cuda":
-        device = torch.device("cuda", rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if not dist.is_initialized():
-        dist.init_process_group(plan.backend, init_method=init_method, rank=rank, world_size=plan.world,
-                                timeout=timedelta(seconds=c.timeout_s))
+    c = plan.config  # dp > 1 and fault=noaccum are refused by config.validate, before any rank
+    device = join_world(rank, plan, init_method)
     timeline = Timeline(plan, CudaClock(device) if device.type == "cuda" else HostClock(), device)
     modules = _build_stages(rank, plan, device, timeline)
     stages = [PipelineStage(m, s, len(plan.stage_layers), device) for s, m in modules.items()]

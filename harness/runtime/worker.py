@@ -21,11 +21,10 @@ from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
 
 
-def run_rank(rank: int, plan: Plan, init_method: str) -> dict:
-    """Joins the world as `rank`, builds its stages, runs every step; returns its payload.
-    The caller owns the process group's teardown (torchrun gathers over it first)."""
+def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
+    """One thread, this rank's device, the process group joined (unless torchrun's caller
+    already did): what every executor's rank does first."""
     torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
-    c = plan.config
     if plan.device == "cuda":
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -33,7 +32,15 @@ def run_rank(rank: int, plan: Plan, init_method: str) -> dict:
         device = torch.device("cpu")
     if not dist.is_initialized():
         dist.init_process_group(plan.backend, init_method=init_method, rank=rank, world_size=plan.world,
-                                timeout=timedelta(seconds=c.timeout_s))
+                                timeout=timedelta(seconds=plan.config.timeout_s))
+    return device
+
+
+def run_rank(rank: int, plan: Plan, init_method: str) -> dict:
+    """Joins the world as `rank`, builds its stages, runs every step; returns its payload.
+    The caller owns the process group's teardown (torchrun gathers over it first)."""
+    device = join_world(rank, plan, init_method)
+    c = plan.config
     layout = Layout(c.pp, c.dp)
     _, dp_group = layout.new_groups(rank)
     runner = StageRunner(rank, plan, device, layout, dp_group)
