@@ -22,8 +22,15 @@ class CostModel:
     message_bytes: tuple[int, ...] = field(default=())  # [stage] bytes of its output message
 
     @classmethod
-    def uniform(cls, stages: int, fwd_s: float = 1.0, bwd_s: float = 2.0) -> "CostModel":
-        return cls(fwd_s=(fwd_s,) * stages, bwd_s=(bwd_s,) * stages)
+    def uniform(cls, stages: int, fwd_s: float = 1.0, bwd_s: float = 2.0,
+                weight_grad_share: float = 0.5) -> "CostModel":
+        """Equal stages: F = fwd_s, B = bwd_s, and a split backward's I = (1 - share) B,
+        W = share B (the default half and half is what compute() assumes without them)."""
+        if not 0 <= weight_grad_share <= 1:
+            raise ValueError(f"weight_grad_share={weight_grad_share}: needs 0 <= share <= 1")
+        return cls(fwd_s=(fwd_s,) * stages, bwd_s=(bwd_s,) * stages,
+                   input_grad_s=((1 - weight_grad_share) * bwd_s,) * stages,
+                   weight_grad_s=(weight_grad_share * bwd_s,) * stages)
 
     def compute(self, a: Action) -> float:
         if a.kind is Kind.F:
