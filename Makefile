@@ -22,7 +22,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: help venv sweep report profile test test-fast bench clean
+.PHONY: help venv sweep report profile test test-fast bench gpu-check gpu-wheels clean
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
@@ -53,6 +53,15 @@ bench: venv ## Benchmarks, timed; fails on a median 25% slower than benchmarks/b
 	$(PY) -m pytest -q -m bench --benchmark-enable --benchmark-autosave \
 		--benchmark-compare=benchmarks/baseline.json --benchmark-compare-fail=median:25% \
 		--benchmark-columns=median,iqr,min,max,rounds --benchmark-sort=name
+
+gpu-check: ## On a CUDA machine: every GPU test and figure, one script (PY=python3 where there is no .venv)
+	PY=$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.sh
+
+gpu-wheels: ## Wheels gpu-check needs on a machine without hydra-core/omegaconf (into .whl/, Python 3.12)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+		hydra-core==1.3.8 omegaconf==2.3.1 PyYAML==6.0.4
+	$(PYTHON) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3  # pure Python, sdist only
 
 clean: ## Remove runs/ and caches (keeps .venv and reports/)
 	rm -rf runs .pytest_cache .benchmarks

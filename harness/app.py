@@ -3,7 +3,6 @@ the work is in job.run_job."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from pathlib import Path
@@ -14,8 +13,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness.config import ConfigError, register, to_config
-from harness.job import headline, run_job
+from harness.job import run_job
 from harness.record import RESULT
+from harness.result import RecordError, read
 from harness.runtime.launch import torchrun_rank
 
 register()
@@ -35,8 +35,8 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
 
 def already_ok(out: Path) -> bool:
     try:
-        return json.loads((out / RESULT).read_text())["status"] == "ok"
-    except (OSError, ValueError, KeyError, TypeError):
+        return read(out / RESULT).status == "ok"
+    except RecordError:
         return False  # missing, corrupt or partial: run it again
 
 
@@ -65,7 +65,7 @@ def main(cfg: DictConfig) -> None:
         sys.exit(130)
     if rank != 0:
         return
-    print(f"harness: {headline(result)}", flush=True)
+    print(f"harness: {result.headline()}", flush=True)
     print(f"harness: records in {out}", flush=True)
-    if result["status"] != "ok" and not sweep:
+    if result.status != "ok" and not sweep:
         sys.exit(1)

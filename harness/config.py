@@ -13,7 +13,9 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from harness import compat
 from harness.runtime.faults import parse_fault
+from harness.runtime.registry import EXECUTORS
 from harness.schedules.builders import chunks_per_rank, requirements
 
 
@@ -30,7 +32,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "
 SPLIT_BACKWARD = ("zb_h1", "zbv", "dualpipev")  # I/W schedules
 MODELS = ("mlp", "gpt")
 PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
-EXECUTORS_SUPPORTED = ("native", "sim", "pytorch")
+P2P_MODES = ("auto", "eager", "safe")
 COMPUTE_MODES = ("real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -109,8 +111,10 @@ class Config:
     checkpoint_every: int = 0  # layers per checkpointed segment (only its input is kept); 0: whole stage
     verify_grads: bool = False  # compare the last step's gradients with a single-process run
     executor: str = "native"  # native | pytorch: torch.distributed.pipelining, same plan | sim: the simulator
+    p2p: str = "auto"  # eager: tagged isend/irecv on one group | safe: a group per stage edge (NCCL-safe) | auto: safe on NCCL, else eager
+    p2p_single_tag: bool = False  # every message with tag 0: gloo then matches in FIFO order, as NCCL does
     compute: str = "real"  # real math | emulated: each op sleeps its modeled cost (cost.*)
-    device: str = "auto"  # cpu | cuda | auto (cuda when there are pp x dp GPUs)
+    device: str = "auto"  # cpu | cuda (fewer GPUs than ranks: they share, over gloo) | auto (cuda when there are pp x dp GPUs)
     steps: int = 5  # measured steps
     warmup_steps: int = 1  # steps run before measuring (not in the metrics, losses kept)
     seed: int = 0  # model init and data
@@ -149,7 +153,8 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     _one_of("schedule", c.schedule.name, SCHEDULES)
     _one_of("model", c.model.name, MODELS)
     _one_of("partition", c.partition.name, PARTITIONS_SUPPORTED)
-    _one_of("executor", c.executor, EXECUTORS_SUPPORTED)
+    _one_of("executor", c.executor, tuple(EXECUTORS))
+    _one_of("p2p", c.p2p, P2P_MODES)
     _one_of("compute", c.compute, COMPUTE_MODES)
     _one_of("device", c.device, DEVICES)
     _one_of("wandb.mode", c.wandb.mode, WANDB_MODES)
@@ -206,11 +211,21 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
             raise ConfigError(f"global_batch={c.global_batch}: must split evenly into dp={c.dp} x "
                               f"microbatches={c.microbatches} microbatches (allowed: multiples of "
                               f"{c.dp * c.microbatches})")
-    if c.executor == "pytorch" and c.dp > 1:
-        raise ConfigError(f"dp={c.dp}: executor=pytorch runs one pipeline (allowed: dp=1, or executor=native)")
-    if c.executor == "pytorch" and fault and fault.kind == "noaccum":
-        raise ConfigError(f"fault={c.fault}: noaccum is the native executor's (allowed with executor=pytorch: "
-                          "raise, kill, hang)")
+    executor = EXECUTORS[c.executor]
+    if c.dp > 1 and not executor.dp:
+        able = ", ".join(n for n, e in EXECUTORS.items() if e.dp)
+        raise ConfigError(f"dp={c.dp}: executor={c.executor} runs one pipeline (allowed: dp=1, or executor={able})")
+    if fault and fault.kind not in executor.faults:
+        raise ConfigError(f"fault={c.fault}: executor={c.executor} honours "
+                          f"{', '.join(executor.faults) or 'no faults'}")
+    if c.device == "cuda" and "cuda" not in executor.devices:
+        raise ConfigError(f"device=cuda: executor={c.executor} runs on {', '.join(executor.devices)}")
+    if c.schedule.name in SPLIT_BACKWARD and not executor.split_backward:
+        raise ConfigError(f"schedule={c.schedule.name}: executor={c.executor} runs no split backward (I/W)")
+    if executor.private_torch(c) and (problem := compat.untested_torch()):
+        raise ConfigError(f"executor={c.executor}: {problem}")
+    if executor.check is not None and (problem := executor.check(c)):
+        raise ConfigError(problem)
     if c.dp > 1 and c.schedule.name in SPLIT_BACKWARD:
         raise ConfigError(f"dp={c.dp}: schedule={c.schedule.name} defers weight gradients past the backward, "
                           f"where DDP's gradient hooks never see them (allowed with dp > 1: gpipe, 1f1b, "
@@ -227,6 +242,5 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     world = c.pp * c.dp
     if world > c.max_processes:
         raise ConfigError(f"pp={c.pp} x dp={c.dp}: {world} processes, more than max_processes={c.max_processes}")
-    if c.device == "cuda" and cuda_devices < world:
-        raise ConfigError(f"device=cuda: pp x dp = {world} ranks need {world} CUDA devices, found {cuda_devices} "
-                          "(use device=cpu or device=auto)")
+    if c.device == "cuda" and cuda_devices == 0:
+        raise ConfigError("device=cuda: no CUDA device here (use device=cpu or device=auto)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,7 +18,11 @@ from harness.model import get_model
 from harness.plan import Plan, layer_params
 from harness.schedules.ir import Kind
 from harness.simulate.engine import simulate
+from harness.result import Bubble, GradCheck, Memory, Metrics
 from harness.trace import Trace, events_of_step, step_numbers
+
+if TYPE_CHECKING:
+    from harness.runtime.launch import Execution
 
 
 def window(trace: Trace) -> tuple[float, float]:
@@ -91,7 +96,7 @@ def simulated_bubble(plan: Plan, measured: Trace) -> float:
     return statistics.fmean(bubble_per_rank(sim, plan.config.pp))
 
 
-def grad_check(pipeline: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> dict:
+def grad_check(pipeline: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> GradCheck:
     """Largest relative difference, over parameters, between the pipeline's accumulated
     gradient and the single-process full-batch one: max |g - r| / max |r|."""
     if set(pipeline) != set(reference):
@@ -101,7 +106,7 @@ def grad_check(pipeline: dict[str, torch.Tensor], reference: dict[str, torch.Ten
         d = float((pipeline[name] - r).abs().max() / r.abs().max().clamp_min(1e-30))
         if d >= worst:
             worst, where = d, name
-    return {"max_rel_diff": worst, "worst_param": where, "params": len(reference)}
+    return GradCheck(max_rel_diff=worst, worst_param=where, params=len(reference))
 
 
 def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
@@ -140,14 +145,14 @@ def _theory(fn, *args):
         return None
 
 
-def compute_metrics(plan: Plan, trace: Trace, losses: list[float] | None, reports: list) -> dict:
+def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
     c = plan.config
+    trace = run.trace
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
-    world = c.pp * c.dp if c.executor != "sim" else c.pp
-    per_step = [bubble_per_rank(events_of_step(trace, s), world, c.pp) for s in measured_steps]
-    per_rank = [statistics.fmean(b[r] for b in per_step) for r in range(world)]
+    per_step = [bubble_per_rank(events_of_step(trace, s), run.ranks, c.pp) for s in measured_steps]
+    per_global = [statistics.fmean(b[r] for b in per_step) for r in range(run.ranks)]
     # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
-    per_stage = [statistics.fmean(per_rank[p::c.pp]) for p in range(c.pp)]
+    per_rank = [statistics.fmean(per_global[p::c.pp]) for p in range(c.pp)]
     times = [step_time(events_of_step(trace, s)) for s in measured_steps]
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
@@ -155,39 +160,40 @@ def compute_metrics(plan: Plan, trace: Trace, losses: list[float] | None, report
     # measured compute per microbatch of each stage: F + B (or F + I + W)
     stage_times = [sum(v[s] for v in costs.values()) for s in range(len(plan.stage_layers))]
     sync = dp_sync(plan, measured_trace, measured_steps)
-    if c.executor == "pytorch":  # torch's step() slices one batch storage: the meter cannot count it
-        reports = []
-    return {
-        "step_time_s": st,
-        "step_times_s": times,
-        "throughput_samples_s": c.microbatches * c.microbatch_size * c.dp / st,
+    replica0 = run.reports[:c.pp]
+    metered = bool(replica0) and all(r.peak_activation_bytes is not None for r in replica0)
+    cuda = [r.cuda_max_memory_allocated for r in replica0]
+    samples = c.microbatches * c.microbatch_size * c.dp
+    return Metrics(
+        step_time_s=st,
+        step_times_s=times,
+        throughput_samples_s=samples / st,
         # gpt: tokens per second too (samples x seq), the figure LM people compare
-        "throughput_tokens_s": c.microbatches * c.microbatch_size * c.dp * c.model.seq / st
-        if c.model.name == "gpt" else None,
-        "losses": losses,
-        "bubble": {
-            "theory": _theory(theory.bubble_fraction, c.schedule.name, c.pp, c.microbatches, c.virtual_stages),
-            "simulated": simulated_bubble(plan, measured_trace),
-            "measured": statistics.fmean(per_stage),
-            "measured_per_stage": per_stage,
-            "measured_per_step": [statistics.fmean(b) for b in per_step],
-            "measured_per_rank": per_rank,
-        },
-        "dp_sync_s": sync,
-        "dp_sync_share": None if sync is None else sync / st,
-        "dp_sync_theory_s": ring_allreduce_s(plan) if c.dp > 1 else None,
-        "memory": {  # measured by the workers' meters; none for executor=sim
-            "peak_activation_bytes_per_stage": [r.peak_activation_bytes for r in reports[:c.pp]] or None,
+        throughput_tokens_s=samples * c.model.seq / st if c.model.name == "gpt" else None,
+        losses=run.losses,
+        bubble=Bubble(
+            theory=_theory(theory.bubble_fraction, c.schedule.name, c.pp, c.microbatches, c.virtual_stages),
+            simulated=simulated_bubble(plan, measured_trace),
+            measured=statistics.fmean(per_rank),
+            measured_per_rank=per_rank,
+            measured_per_step=[statistics.fmean(b) for b in per_step],
+            measured_per_global_rank=per_global,
+        ),
+        dp_sync_s=sync,
+        dp_sync_share=None if sync is None else sync / st,
+        dp_sync_theory_s=ring_allreduce_s(plan) if c.dp > 1 else None,
+        memory=Memory(
+            peak_activation_bytes_per_rank=[r.peak_activation_bytes for r in replica0] if metered else None,
             # in (stage, microbatch) units: for chunked schedules one chunk's activations
-            "theory_peak_microbatches_per_stage": [_theory(theory.peak_inflight_microbatches, c.schedule.name, c.pp,
-                                                           c.microbatches, r, c.virtual_stages) for r in range(c.pp)],
-            "activation_bytes_per_microbatch_per_stage": [r.activation_bytes_per_microbatch
-                                                          for r in reports[:c.pp]] or None,
-        },
-        "recompute_s": sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
-        "p2p_hop_s": hop_latency(measured_trace),
-        "stage_time_s": stage_times,
-        "measured_imbalance": max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
-        "mean_op_s": {k: v for k, v in mean_costs(measured_trace, len(plan.stage_layers)).items()
-                      if k in {x.value for x in Kind}},
-    }
+            theory_peak_microbatches_per_rank=[_theory(theory.peak_inflight_microbatches, c.schedule.name, c.pp,
+                                                       c.microbatches, r, c.virtual_stages) for r in range(c.pp)],
+            activation_bytes_per_microbatch_per_rank=[r.activation_bytes_per_microbatch for r in replica0]
+            if metered else None,
+            cuda_max_memory_allocated_per_rank=cuda if cuda and None not in cuda else None,
+        ),
+        recompute_s=sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
+        p2p_hop_s=hop_latency(measured_trace),
+        stage_time_s=stage_times,
+        measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
+        mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},
+    )

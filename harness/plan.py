@@ -12,6 +12,9 @@ from harness.config import Config, ConfigError, validate
 from harness.model import Model, get_model
 from harness.model.partition import Partition, explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
+from harness.result import PlanRecord
+from harness.runtime.registry import EXECUTORS
+from harness.schedules import p2p
 from harness.schedules.builders import build
 from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule, stage_to_rank
@@ -30,14 +33,12 @@ class Plan:
     stage_rank: dict[int, int]
     emulated_cost: CostModel  # what compute=emulated sleeps, per stage
     device: str  # cpu | cuda (auto resolved)
+    backend: str  # nccl (a GPU per rank) | gloo (CPU, or ranks sharing GPUs: tensors through host memory)
+    p2p: str  # eager | safe (auto resolved): the transport of the native executor's messages
 
     @property
     def world(self) -> int:
         return self.config.pp * self.config.dp
-
-    @property
-    def backend(self) -> str:
-        return "nccl" if self.device == "cuda" else "gloo"
 
     def sim_cost(self) -> CostModel:
         """The modeled costs with the configured P2P cost: what executor=sim runs on."""
@@ -47,15 +48,13 @@ class Plan:
         return replace(self.emulated_cost, p2p_latency_s=c.comm.latency_s, p2p_bandwidth_Bps=c.comm.bandwidth_Bps,
                        message_bytes=(nbytes,) * len(self.stage_layers))
 
-    def describe(self) -> dict:
-        return {
-            "stage_layers": [list(b) for b in self.stage_layers],
-            "partition": self.partition.describe(),
-            "stage_rank": {str(k): v for k, v in self.stage_rank.items()},
-            "device": self.device,
-            "backend": self.backend,
-            "emulated_cost": asdict(self.emulated_cost),
-        }
+    def record(self) -> PlanRecord:
+        """What result.json keeps of the plan: enough to draw and simulate it again without planning."""
+        return PlanRecord(stage_layers=[list(b) for b in self.stage_layers], partition=self.partition.describe(),
+                          stage_rank={str(k): v for k, v in self.stage_rank.items()}, device=self.device,
+                          backend=self.backend, emulated_cost=asdict(self.emulated_cost),
+                          sim_cost=asdict(self.sim_cost()), p2p=self.p2p,
+                          schedule={str(r): [str(a) for a in acts] for r, acts in sorted(self.schedule.items())})
 
 
 def layer_params(model: Model) -> list[int]:
@@ -137,7 +136,27 @@ def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
         cost = emulated_costs(c, partition.bounds, model.num_layers)
     except ProfileError as e:
         raise ConfigError(str(e)) from None
+    # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
+    # exchange through host memory over gloo
+    backend = "nccl" if device == "cuda" and cuda_devices >= c.pp * c.dp else "gloo"
+    if device == "cuda" and backend == "gloo" and not EXECUTORS[c.executor].transport:
+        raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({c.pp * c.dp} ranks, "
+                          f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
+    transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
+    if EXECUTORS[c.executor].transport:
+        check_transport(c, schedule, transport, backend)
     if c.timeout_s is None:  # 60 s to start, then 10x the modeled run: a hang ends, a slow run does not
         step_s = max(e.end for e in simulate(schedule, cost))
         c = replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1))
-    return Plan(c, schedule, tuple(partition.bounds), partition, stage_to_rank(schedule), cost, device)
+    return Plan(c, schedule, tuple(partition.bounds), partition, stage_to_rank(schedule), cost, device, backend,
+                transport)
+
+
+def check_transport(c: Config, schedule: Schedule, transport: str, backend: str) -> None:
+    """The schedule's messages, as the transport sends them, run on this backend: no
+    deadlock, every receive matched with its own message (harness/schedules/p2p.py)."""
+    try:
+        p2p.check(schedule, transport, backend, c.pp, c.dp, c.p2p_single_tag, validated=True)
+    except p2p.P2PError as e:
+        first, _, grid = str(e).partition("\n")
+        raise ConfigError(f"p2p={transport} on {backend}: {first}", detail=grid) from None

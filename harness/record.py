@@ -9,8 +9,13 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.trace import COMPUTE, Trace, events_of_step
+from harness.result import Env, PlanRecord
+from harness.trace import COMPUTE, Event, Trace, events_of_step
+
+if TYPE_CHECKING:
+    from harness.plan import Plan
 
 RESULT, TRACE, GANTT = "result.json", "trace.json", "gantt.png"
 
@@ -28,18 +33,18 @@ def write_json_atomic(path: Path, data: object) -> None:
         raise
 
 
-def environment(device: str, world: int) -> dict:
+def environment(plan: "Plan") -> Env:
     import torch
 
+    device, world = plan.device, plan.world
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
     name = torch.cuda.get_device_name(0) if device == "cuda" else (platform.processor() or platform.machine())
-    return {"torch": torch.__version__, "python": platform.python_version(), "device": device,
-            "device_name": name, "world_size": world, "git_commit": commit, "hostname": socket.gethostname(),
-            "cpu_count": os.cpu_count()}
+    return Env(torch=torch.__version__, python=platform.python_version(), device=device, device_name=name,
+               world_size=world, git_commit=commit, hostname=socket.gethostname(), cpu_count=os.cpu_count())
 
 
 def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = (), pp: int = 0) -> None:
@@ -62,6 +67,13 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
         events.append({"ph": "C", "name": f"activations rank {rank}", "pid": rank // pp, "tid": rank, "ts": t * 1e6,
                        "args": {"MiB": nbytes / 2**20}})
     write_json_atomic(path, {"traceEvents": events, "displayTimeUnit": "ms"})
+
+
+def read_trace(path: Path) -> Trace:
+    """trace.json (write_trace_json) back into events."""
+    return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
+                  e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
 
 
 COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "#dd8452", "optim": "#555555",
@@ -112,7 +124,7 @@ def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, pro
 
     group = sweep name, job_type = schedule, name = the job's override string, config = the
     resolved config. Summary: `status`, `error`, `wall_s`, and every leaf of result.json's
-    `metrics` under its path joined by "/" (`bubble/measured`, `memory/peak_activation_bytes_per_stage`),
+    `metrics` under its path joined by "/" (`bubble/measured`, `memory/peak_activation_bytes_per_rank`),
     lists kept whole as in result.json, plus `<key>/max` for each list of numbers (a scalar a
     chart can plot: the fullest or slowest rank, the worst step). History: `loss` per step,
     warm-up included. Media: `gantt` (image), `stages` (table, one row per rank), and
@@ -150,8 +162,9 @@ def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, pro
         media: dict = {}
         if (out_dir / GANTT).exists():
             media["gantt"] = wandb.Image(str(out_dir / GANTT))
-        if plan := result.get("plan"):
-            ops, peaks = m.get("mean_op_s") or {}, (m.get("memory") or {}).get("peak_activation_bytes_per_stage")
+        if result.get("plan"):
+            plan = PlanRecord(**result["plan"])
+            ops, peaks = m.get("mean_op_s") or {}, m["memory"]["peak_activation_bytes_per_rank"]
 
             def op_s(kinds: str, stages: list[int]) -> float | None:
                 """Mean seconds per microbatch of these kinds over a rank's stages (chunks)."""
@@ -159,12 +172,11 @@ def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, pro
                 return sum(ops[k][s] for k in present for s in stages) if present else None
 
             rows = []
-            for rank, bubble in enumerate(m["bubble"]["measured_per_stage"]):
-                stages = sorted(int(s) for s, r in plan["stage_rank"].items() if r == rank)
-                layers = ", ".join(f"{lo}-{hi - 1}" for lo, hi in (plan["stage_layers"][s] for s in stages))
+            for rank, bubble in enumerate(m["bubble"]["measured_per_rank"]):
+                stages = plan.stages_of(rank)
                 # backward: B, or input + weight gradient (I + W) for the split, zero-bubble schedules
-                rows.append([rank, layers, bubble, peaks[rank] if peaks else None, op_s("F", stages),
-                             op_s("BIW", stages)])
+                rows.append([rank, plan.layers_label(rank, len(m["bubble"]["measured_per_rank"])), bubble,
+                             peaks[rank] if peaks else None, op_s("F", stages), op_s("BIW", stages)])
             media["stages"] = wandb.Table(columns=["rank", "layers", "bubble_measured", "peak_activation_bytes",
                                                    "mean_fwd_s", "mean_bwd_s"], data=rows)
         if media:

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ({"executor": "tpu"}, "executor=tpu: unknown"),
     ({"compute": "fake"}, "compute=fake: unknown (allowed: real, emulated)"),
     ({"device": "tpu"}, "device=tpu: unknown (allowed: cpu, cuda, auto)"),
-    ({"device": "cuda"}, "device=cuda: pp x dp = 4 ranks need 4 CUDA devices, found 0"),
+    ({"device": "cuda"}, "device=cuda: no CUDA device here (use device=cpu or device=auto)"),
     ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
     ({"checkpointing": True, "checkpoint_every": 3}, "checkpoint_every=3: more than the 2 layers of the smallest stage"),
     ({"lr": 0.0}, "lr=0.0: must be > 0"),

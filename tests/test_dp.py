@@ -15,6 +15,7 @@ from harness.config import ConfigError, register
 from harness.job import run_job
 from harness.plan import make_plan
 from harness.reference import reference_losses
+from harness.result import read
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,17 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_losses_equal_single_process_global_batch(tmp_path, config, pp, dp):
     c = config(pp=pp, dp=dp, microbatches=4, verify_grads=True, steps=2)
     result = run_job(c, tmp_path, "test", f"{pp}x{dp}")
-    assert result["status"] == "ok", result["error"]
-    m = result["metrics"]
-    assert m["losses"] == pytest.approx(reference_losses(c)[0], rel=1e-5)
-    assert m["grad_check"]["max_rel_diff"] < 1e-5
-    assert m["throughput_samples_s"] == pytest.approx(dp * 4 * c.microbatch_size / m["step_time_s"])
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
+    assert m.grad_check.max_rel_diff < 1e-5
+    assert m.throughput_samples_s == pytest.approx(dp * 4 * c.microbatch_size / m.step_time_s)
     if dp > 1:
         trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
         syncing = {e["tid"] for e in trace if e.get("args", {}).get("kind") == "dp_sync"}
         assert syncing == set(range(pp * dp))  # every rank's track shows its gradient sync
         assert {e["pid"] for e in trace if e["ph"] == "X"} == set(range(dp))  # grouped by replica
-        assert m["dp_sync_s"] > 0 and m["dp_sync_theory_s"] > 0 and 0 < m["dp_sync_share"] < 1
+        assert m.dp_sync_s > 0 and m.dp_sync_theory_s > 0 and 0 < m.dp_sync_share < 1
 
 
 @pytest.mark.dist
@@ -48,8 +49,8 @@ def test_dp_sync_is_not_bubble(tmp_path, config):
         for e in trace:
             if e["tid"] == sync["tid"] and e["args"]["kind"] in "FB" and e["args"]["step"] == sync["args"]["step"]:
                 assert e["ts"] + e["dur"] <= sync["ts"] + 1e-3  # us; compute ends before its sync starts
-    b = result["metrics"]["bubble"]
-    assert abs(b["measured"] - b["theory"]) < 0.06, b
+    b = result.metrics.bubble
+    assert abs(b.measured - b.theory) < 0.06, b
 
 
 @pytest.mark.dist
@@ -60,8 +61,8 @@ def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path):
                         "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert result["status"] == "ok" and result["env"]["world_size"] == 4
+    result = read(tmp_path / "run" / "result.json")
+    assert result.status == "ok" and result.env.world_size == 4
     assert p.stdout.count("harness: 1f1b pp=2") == 1  # rank 0 alone reports
     mismatch = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
                                "-m", "harness", "pp=2", "dp=2", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/bad"],
@@ -74,7 +75,7 @@ def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path):
     ({"dp": 2, "global_batch": 12, "microbatches": 4}, "global_batch=12: must split evenly into dp=2 x microbatches=4"),
     ({"dp": 2, "schedule.name": "zbv"}, "dp=2: schedule=zbv defers weight gradients"),
     ({"dp": 5}, "pp=4 x dp=5: 20 processes, more than max_processes=16"),
-    ({"dp": 2, "device": "cuda"}, "device=cuda: pp x dp = 8 ranks need 8 CUDA devices, found 0"),
+    ({"dp": 2, "device": "cuda"}, "device=cuda: no CUDA device here (use device=cpu or device=auto)"),
 ])
 def test_bad_dp_input_is_one_line(config, overrides, expected):
     with pytest.raises(ConfigError) as err:
@@ -95,3 +96,15 @@ def test_slurm_launcher_config_composes():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.partition == "gpu" and launcher.tasks_per_node == 1
+
+
+def test_the_gantt_title_shows_what_ran(config):
+    """global_batch sets B at planning: the title reads the planned config (pp=2 M=4 dp=4
+    global_batch=32 runs B=2, not the default 4)."""
+    from tests.test_report import fake
+    from harness.job import gantt_title
+    from harness.result import Result
+
+    plan = make_plan(config(pp=2, microbatches=4, dp=4, global_batch=32))
+    title = gantt_title(plan, Result.from_json(fake(0)).metrics, 3)
+    assert "pp=2  dp=4  M=4  B=2" in title and "cpu/gloo p2p=eager" in title

@@ -18,29 +18,29 @@ def test_peak_activations_follow_the_schedule(tmp_path, config, schedule, comput
     c = config(pp=4, microbatches=8, compute=compute, steps=1, **{"schedule.name": schedule,
                "cost.fwd_ms_per_layer": 0.5})
     result = run_job(c, tmp_path, "test", "memory")
-    assert result["status"] == "ok", result["error"]
-    mem = result["metrics"]["memory"]
+    assert result.status == "ok", result.error
+    mem = result.metrics.memory
     want = [8] * 4 if schedule == "gpipe" else [4, 3, 2, 1]
-    assert mem["theory_peak_microbatches_per_stage"] == want
+    assert mem.theory_peak_microbatches_per_rank == want
     for rank in range(4):
-        predicted = want[rank] * mem["activation_bytes_per_microbatch_per_stage"][rank]
-        assert mem["peak_activation_bytes_per_stage"][rank] == pytest.approx(predicted, rel=0.05), rank
+        predicted = want[rank] * mem.activation_bytes_per_microbatch_per_rank[rank]
+        assert mem.peak_activation_bytes_per_rank[rank] == pytest.approx(predicted, rel=0.05), rank
     counters = [e for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e["ph"] == "C"]
     assert {e["tid"] for e in counters} == {0, 1, 2, 3}  # a memory track per rank
     assert max(e["args"]["MiB"] for e in counters if e["tid"] == 0) * 2**20 == pytest.approx(
-        mem["peak_activation_bytes_per_stage"][0])
+        mem.peak_activation_bytes_per_rank[0])
 
 
 def test_checkpointing_halves_memory_keeps_losses_and_traces_recompute(tmp_path, config):
     base = dict(pp=2, microbatches=4, **{"model.layers": 8, "schedule.name": "1f1b"})  # 4 layers per stage
     plain = run_job(config(**base), tmp_path / "plain", "test", "plain")
     ckpt = run_job(config(checkpointing=True, **base), tmp_path / "ckpt", "test", "ckpt")
-    assert plain["status"] == ckpt["status"] == "ok"
+    assert plain.status == ckpt.status == "ok"
     for rank in range(2):
-        assert (ckpt["metrics"]["memory"]["peak_activation_bytes_per_stage"][rank]
-                <= 0.5 * plain["metrics"]["memory"]["peak_activation_bytes_per_stage"][rank])
-    assert ckpt["metrics"]["losses"] == pytest.approx(plain["metrics"]["losses"], rel=1e-6)
-    assert ckpt["metrics"]["recompute_s"] > 0 and plain["metrics"]["recompute_s"] == 0
+        assert (ckpt.metrics.memory.peak_activation_bytes_per_rank[rank]
+                <= 0.5 * plain.metrics.memory.peak_activation_bytes_per_rank[rank])
+    assert ckpt.metrics.losses == pytest.approx(plain.metrics.losses, rel=1e-6)
+    assert ckpt.metrics.recompute_s > 0 and plain.metrics.recompute_s == 0
     events = json.loads((tmp_path / "ckpt" / "trace.json").read_text())["traceEvents"]
     assert any(e["name"] == "0R0" for e in events)
 
@@ -49,13 +49,13 @@ def test_checkpointing_halves_memory_keeps_losses_and_traces_recompute(tmp_path,
 def test_accumulated_gradients_equal_the_full_batch_gradient(tmp_path, config, schedule):
     c = config(pp=4, microbatches=4, verify_grads=True, steps=1, **{"schedule.name": schedule})
     result = run_job(c, tmp_path, "test", "grads")
-    check = result["metrics"]["grad_check"]
-    assert check["params"] == 16 and check["max_rel_diff"] < 1e-5, check
+    check = result.metrics.grad_check
+    assert check.params == 16 and check.max_rel_diff < 1e-5, check
 
 
 def test_broken_accumulation_is_caught(tmp_path, config):
     """fault=noaccum keeps only the last microbatch's gradient on rank 1: verify_grads sees it."""
     c = config(pp=2, microbatches=4, verify_grads=True, steps=1, warmup_steps=0, fault="noaccum@rank1,step0")
-    check = run_job(c, tmp_path, "test", "broken")["metrics"]["grad_check"]
-    assert check["max_rel_diff"] > 0.1
-    assert check["worst_param"].split(".")[0] in {"4", "5", "6", "7"}  # a layer of rank 1's stage
+    check = run_job(c, tmp_path, "test", "broken").metrics.grad_check
+    assert check.max_rel_diff > 0.1
+    assert check.worst_param.split(".")[0] in {"4", "5", "6", "7"}  # a layer of rank 1's stage

@@ -70,9 +70,9 @@ def test_emulated_h200_throughput_follows_the_partition(tmp_path, config):
     for m in ("params", "profile"):
         c = h200(config, m, compute="emulated", steps=2, **{"cost.time_scale": 4.0})
         result = run_job(c, tmp_path / m, "test", m)
-        assert result["status"] == "ok", result["error"]
-        assert result["partition"]["method"] == m
-        tput[m] = result["metrics"]["throughput_samples_s"]
+        assert result.status == "ok", result.error
+        assert result.partition["method"] == m
+        tput[m] = result.metrics.throughput_samples_s
     assert tput["profile"] > tput["params"]
 
 

@@ -29,8 +29,8 @@ def _pair(config, tmp_path, name: str, **overrides) -> tuple[dict, dict]:
     """The same config through both executors; the pytorch one checks its gradients too."""
     native = run_job(config(steps=2, **overrides), tmp_path / "native", "test", name)
     peer = run_job(config(steps=2, executor="pytorch", verify_grads=True, **overrides), tmp_path / "peer", "test", name)
-    assert native["status"] == "ok", native["error"]
-    assert peer["status"] == "ok", peer["error"]
+    assert native.status == "ok", native.error
+    assert peer.status == "ok", peer.error
     return native, peer
 
 
@@ -39,15 +39,15 @@ def test_pytorch_matches_native(tmp_path, config, schedule, pp, m):
     v = 2 if schedule == "interleaved_1f1b" else 1
     native, peer = _pair(config, tmp_path, schedule, pp=pp, microbatches=m, virtual_stages=v,
                          **{"schedule.name": schedule})
-    got = peer["metrics"]
-    assert got["losses"] == pytest.approx(native["metrics"]["losses"], rel=1e-5)
-    assert got["grad_check"]["max_rel_diff"] < 1e-5, got["grad_check"]
+    got = peer.metrics
+    assert got.losses == pytest.approx(native.metrics.losses, rel=1e-5)
+    assert got.grad_check.max_rel_diff < 1e-5, got.grad_check
     # every compute kind of the schedule was timed, on every stage
     kinds = {a.kind.value for acts in build(schedule, pp, m, v).values() for a in acts}
-    assert set(got["mean_op_s"]) == kinds
-    assert all(len(per_stage) == pp * chunks_per_rank(schedule, v) for per_stage in got["mean_op_s"].values())
-    assert all(0.0 <= b < 1.0 for b in got["bubble"]["measured_per_stage"])
-    assert got["p2p_hop_s"] is not None  # receive waits carry the names of the actions they feed
+    assert set(got.mean_op_s) == kinds
+    assert all(len(per_stage) == pp * chunks_per_rank(schedule, v) for per_stage in got.mean_op_s.values())
+    assert all(0.0 <= b < 1.0 for b in got.bubble.measured_per_rank)
+    assert got.p2p_hop_s is not None  # receive waits carry the names of the actions they feed
 
 
 def test_csv_schedule_through_torch_loader(tmp_path, config):
@@ -56,26 +56,26 @@ def test_csv_schedule_through_torch_loader(tmp_path, config):
     write_csv(path, build("zbv", 2, 4))
     native, peer = _pair(config, tmp_path, "csv", pp=2, microbatches=4,
                          **{"schedule.name": "csv", "schedule.csv_path": str(path)})
-    assert peer["metrics"]["losses"] == pytest.approx(native["metrics"]["losses"], rel=1e-5)
-    assert {"F", "I", "W"} <= set(peer["metrics"]["mean_op_s"])
+    assert peer.metrics.losses == pytest.approx(native.metrics.losses, rel=1e-5)
+    assert {"F", "I", "W"} <= set(peer.metrics.mean_op_s)
 
 
 def test_checkpointing_recompute_is_traced(tmp_path, config):
     native, peer = _pair(config, tmp_path, "ckpt", pp=2, microbatches=4, checkpointing=True)
-    assert peer["metrics"]["losses"] == pytest.approx(native["metrics"]["losses"], rel=1e-5)
-    assert peer["metrics"]["recompute_s"] > 0
+    assert peer.metrics.losses == pytest.approx(native.metrics.losses, rel=1e-5)
+    assert peer.metrics.recompute_s > 0
 
 
 def test_failing_rank_is_one_line(tmp_path, config):
     result = run_job(config(pp=2, microbatches=4, executor="pytorch", fault="raise@rank1,step1"), tmp_path, "test",
                      "fault")
-    assert result["status"] == "failed"
-    assert "rank 1: RuntimeError: injected fault at rank 1, step 1" in result["error"]
-    assert "\n" not in result["error"]
+    assert result.status == "failed"
+    assert "rank 1: RuntimeError: injected fault at rank 1, step 1" in result.error
+    assert "\n" not in result.error
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    ({"fault": "noaccum@rank0,step0"}, "fault=noaccum@rank0,step0: noaccum is the native executor's"),
+    ({"fault": "noaccum@rank0,step0"}, "fault=noaccum@rank0,step0: executor=pytorch honours raise, kill, hang"),
     ({"dp": 2}, "dp=2: executor=pytorch runs one pipeline"),
 ])
 def test_unsupported_peer_input_refused_before_workers(config, overrides, expected):

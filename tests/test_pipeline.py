@@ -17,8 +17,8 @@ pytestmark = pytest.mark.dist
 def test_losses_equal_single_process_reference(tmp_path, config, schedule, pp):
     c = config(pp=pp, microbatches=4, microbatch_size=3, compute="real", **{"schedule.name": schedule})
     result = run_job(c, tmp_path, "test", "equal")
-    assert result["status"] == "ok", result["error"]
-    got = result["metrics"]["losses"]
+    assert result.status == "ok", result.error
+    got = result.metrics.losses
     want, _ = reference_losses(c)
     assert len(got) == c.warmup_steps + c.steps
     assert got == pytest.approx(want, rel=1e-5)
@@ -37,12 +37,12 @@ def test_emulated_bubble_matches_closed_form(tmp_path, config, schedule):
     c = config(pp=4, microbatches=8, compute="emulated", steps=2, **{"schedule.name": schedule,
                "cost.fwd_ms_per_layer": 20.0, "model.layers": 8})
     result = run_job(c, tmp_path, "test", "bubble")
-    assert result["status"] == "ok", result["error"]
-    b = result["metrics"]["bubble"]
-    assert b["theory"] == pytest.approx(3 / 11)
-    assert abs(b["measured"] - 3 / 11) < 0.03, b
-    assert len(b["measured_per_stage"]) == 4
-    assert abs(b["simulated"] - 3 / 11) < 0.03, b
+    assert result.status == "ok", result.error
+    b = result.metrics.bubble
+    assert b.theory == pytest.approx(3 / 11)
+    assert abs(b.measured - 3 / 11) < 0.03, b
+    assert len(b.measured_per_rank) == 4
+    assert abs(b.simulated - 3 / 11) < 0.03, b
     # every rank computed for real: 8 F and 8 B per measured step
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     for rank in range(4):
@@ -59,7 +59,7 @@ def test_a_failing_rank_fails_the_job_and_leaves_no_process(tmp_path, config, fa
 
     c = config(pp=2, microbatches=2, fault=fault, timeout_s=8.0 if fault.startswith("hang") else 60.0)
     result = run_job(c, tmp_path, "test", "fault")
-    assert result["status"] == "failed"
-    assert result["error"].startswith("rank ") or "timeout_s" in result["error"], result["error"]
+    assert result.status == "failed"
+    assert result.error.startswith("rank ") or "timeout_s" in result.error, result.error
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
     assert multiprocessing.active_children() == []

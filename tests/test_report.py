@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.result import Bubble, Env, Memory, Metrics, Result
 from harness.report.build import build_report
 from harness.report.figures import provenance
 from harness.report.load import load_sweep
@@ -61,7 +62,7 @@ def test_report_of_a_real_sweep(sweep, tmp_path):
     for text in (md, page):
         assert "Not ok" in text and "dualpipev needs at least" in text  # the failed points, with their error
         assert "corrupt/result.json" in text and "unreadable" in text
-        assert "partial/result.json" in text and "metrics lack" in text
+        assert "partial/result.json" in text and "no metrics" in text
         assert "no runs with dp &gt; 1" in text or "no runs with dp > 1" in text
         assert "no pair of runs that differ only in checkpointing" in text
         assert "Made from: compute=emulated  device=cpu  executor=native" in text
@@ -83,16 +84,23 @@ def test_report_of_a_real_sweep(sweep, tmp_path):
 
 
 def fake(run_id: int, **config) -> dict:
-    """A made-up ok record with what the figures read."""
+    """A made-up ok record of the current schema, as the report reads it (with `_dir`)."""
     c = {"schedule": {"name": "1f1b"}, "pp": 2, "dp": 1, "virtual_stages": 1, "microbatches": 4,
          "microbatch_size": 4, "compute": "emulated", "executor": "native", "device": "cpu",
          "partition": {"name": "uniform"}, "model": {"name": "mlp", "layers": 8, "hidden": 32}} | config
     bubble = 0.2 + 0.01 * run_id
-    return {"status": "ok", "error": None, "config": c, "env": {"device": "cpu"}, "_dir": f"{run_id}_x",
-            "metrics": {"step_time_s": 0.1, "throughput_samples_s": 160.0 * c["dp"] / (1 + 0.05 * c["dp"]),
-                        "bubble": {"theory": 0.2, "simulated": bubble, "measured": bubble,
-                                   "measured_per_step": [bubble]},
-                        "memory": {"peak_activation_bytes_per_stage": [2**20, 2**19]}}}
+    env = Env(torch="2.13.0", python="3.11", device="cpu", device_name="x86_64", world_size=c["pp"] * c["dp"],
+              git_commit=None, hostname="test", cpu_count=2)
+    metrics = Metrics(step_time_s=0.1, step_times_s=[0.1], throughput_samples_s=160.0 * c["dp"] / (1 + 0.05 * c["dp"]),
+                      throughput_tokens_s=None, losses=[1.0], dp_sync_s=None, dp_sync_share=None,
+                      dp_sync_theory_s=None, recompute_s=0.0, p2p_hop_s=None, stage_time_s=[0.03, 0.03],
+                      measured_imbalance=1.0, mean_op_s={"F": [0.01, 0.01], "B": [0.02, 0.02]},
+                      bubble=Bubble(theory=0.2, simulated=bubble, measured=bubble, measured_per_rank=[bubble] * 2,
+                                    measured_per_step=[bubble], measured_per_global_rank=[bubble] * 2),
+                      memory=Memory(peak_activation_bytes_per_rank=[2**20, 2**19],
+                                    theory_peak_microbatches_per_rank=[2, 1],
+                                    activation_bytes_per_microbatch_per_rank=[2**19, 2**19]))
+    return {**Result("ok", None, c, env=env, metrics=metrics).to_json(), "_dir": f"{run_id}_x"}
 
 
 def test_dp_scaling_draws_when_dp_varies_and_says_so_when_not(tmp_path):

@@ -86,13 +86,13 @@ def test_offline_sweep_writes_one_run_per_job_with_the_result_names(tmp_path):
         summary = {key(i): json.loads(i.value_json) for r in recs if r.HasField("summary") for i in r.summary.update}
         names = flat_keys(result["metrics"])
         assert {"bubble/measured", "bubble/theory", "bubble/simulated", "step_time_s", "throughput_samples_s",
-                "memory/peak_activation_bytes_per_stage", "memory/peak_activation_bytes_per_stage/max"} <= names
+                "memory/peak_activation_bytes_per_rank", "memory/peak_activation_bytes_per_rank/max"} <= names
         assert names - summary.keys() == set()
         m = result["metrics"]
-        peaks = m["memory"]["peak_activation_bytes_per_stage"]
+        peaks = m["memory"]["peak_activation_bytes_per_rank"]
         assert summary["bubble/measured"] == pytest.approx(m["bubble"]["measured"])
-        assert summary["memory/peak_activation_bytes_per_stage"] == peaks
-        assert summary["memory/peak_activation_bytes_per_stage/max"] == max(peaks)
+        assert summary["memory/peak_activation_bytes_per_rank"] == peaks
+        assert summary["memory/peak_activation_bytes_per_rank/max"] == max(peaks)
         assert summary["status"] == "ok"
         assert (summary["gantt/_type"], summary["stages/_type"]) == ("image-file", "table-file")
         assert summary["stages/nrows"] == 2

@@ -10,7 +10,8 @@ Other parameters (none in mlp) get their gradients in I, as in Megatron.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Hashable
+from contextlib import contextmanager
+from typing import Callable, Hashable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +22,18 @@ class WeightGradStore:
     """Deferred weight-gradient work, queued under the key of the backward that made it."""
 
     def __init__(self) -> None:
-        self.deferring: Hashable | None = None  # key while an I runs; None: compute dW at once
+        self.deferring: Hashable | None = None  # key while an I runs (set by defer); None: dW at once
         # key -> [(work, tensors it holds until it runs)]
         self.pending: dict[Hashable, list[tuple[Callable[[], None], tuple[torch.Tensor, ...]]]] = defaultdict(list)
+
+    @contextmanager
+    def defer(self, key: Hashable | None) -> Iterator[None]:
+        """Within: weight gradients are queued under `key` (an I), or computed at once (None)."""
+        self.deferring = key
+        try:
+            yield
+        finally:
+            self.deferring = None
 
     def run(self, key: Hashable) -> None:
         """W: every weight gradient deferred under `key`, accumulated into .grad."""

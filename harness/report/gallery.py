@@ -3,20 +3,16 @@ costs beside the Gantt the real run measured (redrawn from its trace.json)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from harness.config import Config
-from harness.plan import make_plan
-from harness.record import GANTT, TRACE, plot_gantt
+from harness.record import GANTT, TRACE, plot_gantt, read_trace
 from harness.report.figures import schedule_order
 from harness.report.runs import ok, schedule_label
+from harness.result import PlanRecord
 from harness.simulate.engine import simulate
-from harness.trace import Event, Trace
+from harness.trace import Trace
 
 
 @dataclass
@@ -28,23 +24,8 @@ class Entry:
     missing: list[str] = field(default_factory=list)
 
 
-def config_of(run: dict) -> Config:
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), run["config"]))
-
-
-def read_trace(path: Path) -> Trace:
-    """trace.json (record.write_trace_json) back into events."""
-    return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
-                  e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-            for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
-
-
-def rank_labels(stage_layers: list, stage_rank: dict, ranks: int) -> dict[int, str]:
-    """rank -> the layers it holds (the stage boundaries), drawn beside each Gantt row; a dp
-    replica's rank holds what its pipeline rank (rank % pp) holds."""
-    pp = max(stage_rank.values(), default=0) + 1
-    return {k: ", ".join(f"layers {a}-{b - 1}" for s, (a, b) in enumerate(stage_layers) if stage_rank[s] == k % pp)
-            for k in range(ranks)}
+def rank_labels(plan: PlanRecord, pp: int, dp: int, ranks: int) -> dict[int, str]:
+    return {r: plan.layers_label(r, pp, dp) for r in range(ranks)}
 
 
 def _plot(path: Path, trace: Trace, step: int, labels: dict[int, str], title: str) -> None:
@@ -68,18 +49,18 @@ def _pick(runs: list[dict]) -> dict[str, dict]:
 
 
 def _simulated(e: Entry, path: Path) -> None:
-    plan = make_plan(config_of(e.run))
-    trace = simulate(plan.schedule, plan.sim_cost())
-    c = plan.config
-    _plot(path, trace, 0, rank_labels(plan.stage_layers, plan.stage_rank, plan.world),
-          f"{e.label}  pp={c.pp}  M={c.microbatches}  simulated on modeled costs (cost.*, comm.*)")
+    """The recorded schedule on the recorded modeled costs: no planning, so the record alone
+    draws it (profiles and CSV files may be gone, the code may have moved on)."""
+    plan, c = PlanRecord(**e.run["plan"]), e.run["config"]
+    trace = simulate(plan.schedule_actions(), plan.cost_model())
+    _plot(path, trace, 0, rank_labels(plan, c["pp"], 1, c["pp"]),
+          f"{e.label}  pp={c['pp']}  M={c['microbatches']}  simulated on modeled costs (cost.*, comm.*)")
 
 
 def _measured(e: Entry, job: Path, path: Path) -> None:
     trace, c = read_trace(job / TRACE), e.run["config"]
-    plan = e.run.get("plan") or {}
-    labels = rank_labels(plan.get("stage_layers", []), {int(s): r for s, r in plan.get("stage_rank", {}).items()},
-                         max(ev.rank for ev in trace) + 1)
+    ranks = max(ev.rank for ev in trace) + 1
+    labels = rank_labels(PlanRecord(**e.run["plan"]), c["pp"], c.get("dp", 1), ranks)
     last = max(ev.step for ev in trace)
     b = e.run["metrics"]["bubble"]
     _plot(path, trace, last, labels, f"{e.label}  pp={c['pp']}  M={c['microbatches']}  compute={c['compute']}  "

@@ -3,15 +3,14 @@ needs, is listed with the reason, never fatal."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.record import RESULT
+from harness.result import RecordError, Result, read
 
-# What every record must hold to be reported; an ok record also needs its headline metrics.
+# What a record's config (a free dict in the schema) must hold to be reported.
 CONFIG_KEYS = ("schedule", "pp", "microbatches", "microbatch_size", "compute", "executor")
-OK_METRICS = ("step_time_s", "throughput_samples_s", "bubble")
 
 
 @dataclass
@@ -35,20 +34,12 @@ def newest_sweep(root: Path) -> Path:
     return max(candidates, key=lambda p: max(f.stat().st_mtime for f in p.rglob(RESULT)))
 
 
-def problem(run: object) -> str | None:
-    """Why a parsed record cannot be reported, or None."""
-    if not isinstance(run, dict):
-        return "not a JSON object"
-    if "status" not in run or not isinstance(run.get("config"), dict):
-        return "no status or config"
-    if missing := [k for k in CONFIG_KEYS if k not in run["config"]]:
+def problem(result: Result) -> str | None:
+    """Why a well-formed record still cannot be reported, or None."""
+    if missing := [k for k in CONFIG_KEYS if k not in result.config]:
         return f"config lacks {', '.join(missing)}"
-    if run["status"] == "ok":
-        m = run.get("metrics")
-        if not isinstance(m, dict) or (missing := [k for k in OK_METRICS if m.get(k) is None]):
-            return f"status ok but metrics lack {', '.join(missing) if isinstance(m, dict) else 'everything'}"
-        if "measured" not in m["bubble"]:
-            return "status ok but metrics lack bubble.measured"
+    if result.status == "ok" and result.metrics is None:
+        return "status ok but no metrics"
     return None
 
 
@@ -57,13 +48,13 @@ def load_sweep(path: Path) -> Sweep:
     for f in sorted(path.rglob(RESULT), key=str):
         rel = str(f.relative_to(path))
         try:
-            run = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            sweep.corrupt.append((rel, f"unreadable: {type(e).__name__}: {e}"))
+            result = read(f)
+        except RecordError as e:
+            sweep.corrupt.append((rel, str(e)))
             continue
-        if why := problem(run):
+        if why := problem(result):
             sweep.corrupt.append((rel, why))
             continue
-        run["_dir"] = str(f.parent.relative_to(path))
-        sweep.runs.append(run)
+        # the current schema's JSON (older records upgraded), plus where it lives
+        sweep.runs.append({**result.to_json(), "_dir": str(f.parent.relative_to(path))})
     return sweep

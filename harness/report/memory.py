@@ -11,7 +11,7 @@ from harness.report.runs import ok, run_ids, setting
 
 
 def _peaks(r: dict) -> list[int] | None:
-    return (r["metrics"].get("memory") or {}).get("peak_activation_bytes_per_stage")
+    return r["metrics"]["memory"]["peak_activation_bytes_per_rank"]
 
 
 def memory_per_rank(runs: list[dict], out: Path) -> Figure:
@@ -48,11 +48,11 @@ def memory_per_rank(runs: list[dict], out: Path) -> Figure:
         for i, r in enumerate(mine):
             mem = r["metrics"]["memory"]
             xs = [rank - 0.4 + width * (i + 0.5) for rank in range(n)]
-            ax.bar(xs, [b / 2**20 for b in mem["peak_activation_bytes_per_stage"][:n]], width,
+            ax.bar(xs, [b / 2**20 for b in mem["peak_activation_bytes_per_rank"][:n]], width,
                    label=f"M={r['config']['microbatches']}", color=plt.cm.viridis(i / max(1, len(mine) - 1) * 0.85))
-            if None not in (mem.get("theory_peak_microbatches_per_stage") or [None]):
-                ax.plot(xs, [k * b / 2**20 for k, b in zip(mem["theory_peak_microbatches_per_stage"],
-                                                           mem["activation_bytes_per_microbatch_per_stage"])],
+            if None not in mem["theory_peak_microbatches_per_rank"]:
+                ax.plot(xs, [k * b / 2**20 for k, b in zip(mem["theory_peak_microbatches_per_rank"],
+                                                           mem["activation_bytes_per_microbatch_per_rank"])],
                         "_", color="black", ms=width * 40, mew=2)
         ax.plot([], [], "_", color="black", mew=2, label="theory")
         ax.set_title(f"{s}, N={n}", fontsize=9)

@@ -20,7 +20,7 @@ COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatc
 def row(run: dict) -> dict:
     c, m = run["config"], run.get("metrics") or {}
     b, stages = m.get("bubble") or {}, m.get("stage_time_s")
-    peaks = (m.get("memory") or {}).get("peak_activation_bytes_per_stage")
+    peaks = m["memory"]["peak_activation_bytes_per_rank"] if m else None
     return {
         "run": run["_dir"], "status": run["status"], "schedule": c["schedule"]["name"],
         "virtual_stages": c.get("virtual_stages", 1), "pp": c["pp"], "dp": c.get("dp", 1),

@@ -1,7 +1,8 @@
 """Process-group layout of pp x dp ranks: global rank = replica * pp + pipeline rank.
 
-One group per pipeline (its pp ranks exchange activations and gradients) and one per
-pipeline rank across replicas (its dp copies of the same stages all-reduce gradients).
+Each pipeline rank's dp copies (the same stages in every replica) form a data-parallel
+group that all-reduces their gradients. Pipeline messages travel on the world group
+(p2p=eager) or on one group per stage edge (p2p=safe, harness/runtime/transport.py).
 """
 
 from __future__ import annotations
@@ -25,16 +26,14 @@ class Layout:
     def global_rank(self, replica: int, pipeline_rank: int) -> int:
         return replica * self.pp + pipeline_rank
 
-    def new_groups(self, rank: int) -> tuple[dist.ProcessGroup | None, dist.ProcessGroup | None]:
-        """(this rank's pipeline group, its data-parallel group); every rank must call this,
-        since new_group is collective over the whole world, in the same order."""
-        pipe = dp = None
-        for d in range(self.dp):
-            g = dist.new_group([self.global_rank(d, p) for p in range(self.pp)])
-            if self.replica(rank) == d:
-                pipe = g
+    def dp_group(self, rank: int) -> dist.ProcessGroup | None:
+        """This rank's data-parallel group (None with dp=1). Every rank must call this, in the
+        same order as its other group creations: new_group is collective over the world."""
+        if self.dp == 1:
+            return None
+        mine = None
         for p in range(self.pp):
             g = dist.new_group([self.global_rank(d, p) for d in range(self.dp)])
             if self.pipeline_rank(rank) == p:
-                dp = g
-        return pipe, dp
+                mine = g
+        return mine

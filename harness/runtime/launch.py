@@ -1,4 +1,5 @@
-"""Spawn one process per rank, collect what they report, and always clean them up."""
+"""Run a plan's ranks as processes (forked here, or made by torchrun), collect their
+RankReports, always clean them up, and put their events on one timeline: an Execution."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from harness.config import ConfigError
 from harness.plan import Plan
-from harness.runtime.worker import one_line, run_rank, worker_main
+from harness.runtime.loop import RankReport, one_line, run_rank, worker_main
+from harness.trace import Event, Trace
 
 
 class WorkerError(RuntimeError):
@@ -23,15 +24,24 @@ class WorkerError(RuntimeError):
 
 
 @dataclass
-class RankReport:
-    rank: int
-    events: list[tuple]
-    losses: list[float] | None
-    memory: list[tuple[int, int, int]]  # (step, ns, live activation bytes)
-    peak_activation_bytes: int
-    activation_bytes_per_microbatch: float
-    grads: dict | None = None  # last step's accumulated gradients (verify_grads=true)
-    cuda_max_memory_allocated: int | None = None
+class Execution:
+    """What an executor hands to the metrics, from processes or from the simulator."""
+    trace: Trace  # seconds from the run's first event
+    ranks: int  # ranks the trace holds (executor=sim: one pipeline stands for every replica)
+    memory: list[tuple[int, int, float, int]]  # (rank, step, s, live activation bytes)
+    losses: list[float] | None  # the global batch's loss per step, warm-up included
+    reports: list[RankReport]  # per global rank; empty without processes
+
+
+def from_reports(reports: list[RankReport]) -> Execution:
+    """Every rank's raw ns timestamps onto one timeline starting at 0 (one host, one clock);
+    each replica's last stage reports its shard's loss, the global batch's is their mean."""
+    origin = min(e[6] for r in reports for e in r.events)
+    trace = [Event(r.rank, *e[:6], (e[6] - origin) / 1e9, (e[7] - origin) / 1e9) for r in reports for e in r.events]
+    memory = [(r.rank, step, (t - origin) / 1e9, b) for r in reports for step, t, b in (r.memory or [])]
+    per_replica = [r.losses for r in reports if r.losses is not None]
+    losses = [sum(step) / len(per_replica) for step in zip(*per_replica)] if per_replica else None
+    return Execution(trace, len(reports), memory, losses, reports)
 
 
 def _death(rank: int, exitcode: int) -> str:
@@ -45,7 +55,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _context(method: str, preload: str = "harness.runtime.worker"):
+def _context(method: str, preload: list[str]):
     """forkserver: one server process imports torch and the worker once; each rank is then
     a fork of it (~tens of ms) instead of a fresh interpreter re-importing torch (~1 s
     each, 4-5 s for 4 ranks on 2 cores). The server forks before any thread pool or
@@ -54,18 +64,18 @@ def _context(method: str, preload: str = "harness.runtime.worker"):
     if method == "spawn":  # a fresh interpreter per rank: the slow baseline the benchmark compares with
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([preload])
+    ctx.set_forkserver_preload(preload)
     return ctx
 
 
-def run_native(plan: Plan, target: Callable = worker_main, pids: list[int] | None = None) -> list[RankReport]:
-    """Runs the plan on plan.world ranks, each `target(rank, port, plan, results)`; raises
-    WorkerError on the first failure. Every rank is gone when it returns or raises; their
-    pids are appended to `pids` so a caller can check."""
-    ctx = _context(plan.config.start_method, target.__module__)
+def run_processes(plan: Plan, runner: str, pids: list[int] | None = None) -> list[RankReport]:
+    """Runs the plan on plan.world forked ranks, each the rank loop around `runner`
+    ("module:Class"); raises WorkerError on the first failure. Every rank is gone when it
+    returns or raises; their pids are appended to `pids` so a caller can check."""
+    ctx = _context(plan.config.start_method, ["harness.runtime.loop", runner.partition(":")[0]])
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=target, args=(r, port, plan, results), daemon=True)
+    procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner), daemon=True)
              for r in range(plan.world)]
     reports: dict[int, RankReport] = {}
     deadline = time.monotonic() + plan.config.timeout_s
@@ -95,7 +105,7 @@ def run_native(plan: Plan, target: Callable = worker_main, pids: list[int] | Non
                 dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 cause = "; ".join(_death(r, code) for r, code in dead if r != rank)
                 raise WorkerError(f"{cause}; then rank {rank}: {payload}" if cause else f"rank {rank}: {payload}")
-            reports[rank] = RankReport(rank=rank, **payload)
+            reports[rank] = payload
     finally:
         for p in procs:
             p.join(timeout=5 if len(reports) == plan.world else 0.1)
@@ -118,8 +128,8 @@ def torchrun_rank() -> tuple[int, int] | None:
     return None
 
 
-def run_torchrun(plan: Plan, run: Callable[[int, Plan, str], dict] = run_rank) -> list[RankReport] | None:
-    """This process is one of the ranks torchrun made: run it, gather every rank's payload
+def run_torchrun(plan: Plan, runner: str) -> list[RankReport] | None:
+    """This process is one of the ranks torchrun made: run it, gather every rank's report
     on rank 0 over the process group. Rank 0 gets the reports, the others None."""
     rank, world = torchrun_rank()
     if world != plan.world:
@@ -127,9 +137,9 @@ def run_torchrun(plan: Plan, run: Callable[[int, Plan, str], dict] = run_rank) -
                           f"{plan.world} (launch pp x dp processes, e.g. --nproc-per-node {plan.world})")
     try:
         try:
-            payload = {"ok": run(rank, plan, "env://")}
+            payload: RankReport | str = run_rank(rank, plan, "env://", runner)
         except Exception as e:  # noqa: BLE001 - reported through rank 0
-            payload = {"error": one_line(e)}
+            payload = one_line(e)
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(payload, gathered, dst=0)
     finally:
@@ -138,6 +148,6 @@ def run_torchrun(plan: Plan, run: Callable[[int, Plan, str], dict] = run_rank) -
     if rank != 0:
         return None
     for r, p in enumerate(gathered):
-        if "error" in p:
-            raise WorkerError(f"rank {r}: {p['error']}")
-    return [RankReport(rank=r, **p["ok"]) for r, p in enumerate(gathered)]
+        if isinstance(p, str):
+            raise WorkerError(f"rank {r}: {p}")
+    return gathered

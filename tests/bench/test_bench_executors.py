@@ -18,6 +18,7 @@ import pytest
 from harness.config import Config
 from harness.job import run_job
 from harness.plan import make_plan
+from harness.result import Metrics, Result
 from harness.simulate.engine import simulate
 
 pytestmark = pytest.mark.bench
@@ -38,21 +39,21 @@ def _forkserver_up(tmp_path_factory) -> None:
         _ok(run_job(c, tmp_path_factory.mktemp(executor), "bench", "warm-up"))
 
 
-def _ok(result: dict) -> dict:
-    assert result["status"] == "ok", result["error"]
-    return result["metrics"]
+def _ok(result: Result) -> Metrics:
+    assert result.status == "ok", result.error
+    return result.metrics
 
 
 def _rounds(benchmark, fn: Callable[[], dict], rounds: int) -> list[dict]:
     """`fn` timed over `rounds` calls (one when timing is off); every call's result."""
-    results: list[dict] = []
+    results: list = []
     benchmark.pedantic(lambda: results.append(fn()), rounds=rounds, iterations=1)
     return results
 
 
-def _median_step(metrics: list[dict]) -> float:
+def _median_step(metrics: list[Metrics]) -> float:
     """Median over every measured step of every round: one job's 5 steps are noisy here."""
-    return statistics.median(s for m in metrics for s in m["step_times_s"])
+    return statistics.median(s for m in metrics for s in m.step_times_s)
 
 
 @pytest.mark.parametrize("pp,overrides", [
@@ -69,7 +70,7 @@ def test_native_vs_pytorch_step_time(benchmark, config, tmp_path: Path, pp, over
 
     rounds = _rounds(benchmark, both, rounds=3)
     step = {ex: _median_step([r[ex] for r in rounds]) for ex in EXECUTORS}
-    assert rounds[0]["native"]["losses"] == pytest.approx(rounds[0]["pytorch"]["losses"], rel=1e-5)
+    assert rounds[0]["native"].losses == pytest.approx(rounds[0]["pytorch"].losses, rel=1e-5)
     benchmark.extra_info.update({f"{ex}_step_s": step[ex] for ex in EXECUTORS})
     benchmark.extra_info["native_over_pytorch"] = step["native"] / step["pytorch"]
 
@@ -86,6 +87,27 @@ def test_executor_overhead_vs_simulator(benchmark, config, tmp_path: Path, execu
     ratio = step / predicted
     benchmark.extra_info.update(step_s=step, simulated_s=predicted, measured_over_simulated=ratio)
     assert 1.0 <= ratio < 1.5, ratio  # below 1: the emulation undercut its own costs; far above: broken
+
+
+def test_nccl_safe_transport_against_eager(benchmark, config, tmp_path: Path):
+    """Measured over simulated step time (emulated equal stages, pp=4, M=16, 1F1B) with the
+    NCCL-safe transport (a process group per stage edge) and with eager (one group, tags),
+    alternating job by job so drift hits both. Timed: the safe jobs; extra_info: both ratios
+    and safe / eager (goal: <= 1, i.e. safe costs nothing on gloo)."""
+    configs = {p2p: config(pp=4, microbatches=16, steps=5, p2p=p2p, **EMULATED) for p2p in ("eager", "safe")}
+    plan = make_plan(configs["eager"])
+    predicted = max(e.end for e in simulate(plan.schedule, plan.sim_cost()))
+    steps: dict[str, list[Metrics]] = {"eager": [], "safe": []}
+
+    def both() -> None:
+        for p2p, c in configs.items():
+            steps[p2p].append(_ok(run_job(c, tmp_path / p2p, "bench", p2p)))
+
+    benchmark.pedantic(both, rounds=3, iterations=1)
+    ratio = {p2p: _median_step(ms) / predicted for p2p, ms in steps.items()}
+    benchmark.extra_info.update({f"{p2p}_measured_over_simulated": r for p2p, r in ratio.items()})
+    benchmark.extra_info["safe_over_eager"] = ratio["safe"] / ratio["eager"]
+    assert all(1.0 <= r < 1.5 for r in ratio.values()), ratio  # below 1: the emulation undercut its costs
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -131,25 +153,30 @@ def test_tracing_overhead(benchmark, config):
     import torch
 
     from harness.plan import make_plan
-    from harness.runtime.executor import StageRunner
+    from harness.runtime.groups import Layout
+    from harness.runtime.loop import RankContext
+    from harness.runtime.native import NativeRunner
+    from harness.runtime.tracer import Tracer, clock_for
 
     torch.set_num_threads(1)
     plan = make_plan(config(pp=1, microbatches=16, **{"model.hidden": 64}))
-
-    runner = StageRunner(0, plan, torch.device("cpu"))
-    record = runner._record
+    cpu = torch.device("cpu")
+    tracer = Tracer(clock_for(cpu))
+    runner = NativeRunner(RankContext(0, plan, cpu, tracer, Layout(1, 1)))
+    record = tracer.record
     for s in range(3):  # warm-up: the first steps in a process are slower either way
         runner.run_step(s)
+        tracer.take()
 
     def alternate(n: int = 40) -> tuple[float, float]:
         """(untraced, traced) median step seconds, alternating step by step so drift hits both."""
         times: dict[bool, list[float]] = {False: [], True: []}
         for s in range(n):
             traced = s % 2 == 1
-            runner._record = record if traced else (lambda *a: None)
+            tracer.record = record if traced else (lambda *a, **k: None)
             t0 = time.perf_counter()
             runner.run_step(s)
-            runner.take_events()
+            tracer.take()
             times[traced].append(time.perf_counter() - t0)
         return statistics.median(times[False]), statistics.median(times[True])
 

@@ -1,0 +1,231 @@
+"""result.json as typed records: what a job writes, and how any reader reads it back.
+
+One schema, versioned (`schema_version`); `read` upgrades older records, so no reader
+patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank (replica
+0's, or the mean over replicas where said); `_per_global_rank` by global rank
+(replica * pp + pipeline rank). Version history:
+- 1 (no `schema_version`): per-rank lists named `_per_stage`, bubble `measured_per_rank`
+  by global rank; no schedule or transport in `plan`.
+- 2: `_per_rank` / `_per_global_rank` names; `plan.schedule` (every rank's action list),
+  `plan.sim_cost` and `plan.p2p`, so a report never plans again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.schedules.ir import Action
+from harness.simulate.cost import CostModel
+
+SCHEMA_VERSION = 2
+
+
+class RecordError(ValueError):
+    """A record that cannot be read as a Result; str() says what is wrong, in one line."""
+
+
+@dataclass
+class Env:
+    torch: str
+    python: str
+    device: str  # cpu | cuda
+    device_name: str
+    world_size: int
+    git_commit: str | None
+    hostname: str
+    cpu_count: int | None
+
+
+@dataclass
+class PlanRecord:
+    stage_layers: list[list[int]]  # [stage] [first layer, end layer)
+    partition: dict
+    stage_rank: dict[str, int]  # stage -> pipeline rank (JSON keys are strings)
+    device: str
+    backend: str  # gloo | nccl
+    emulated_cost: dict  # CostModel's fields: what compute=emulated holds each action for
+    p2p: str | None = None  # eager | safe; None in version-1 records
+    schedule: dict[str, list[str]] | None = None  # pipeline rank -> its actions ("0F0", ...); None in version 1
+    sim_cost: dict | None = None  # CostModel's fields with comm.*: what executor=sim and the gallery simulate
+
+    def schedule_actions(self) -> dict[int, list[Action]]:
+        if self.schedule is None:
+            raise RecordError("plan.schedule: not recorded (a version-1 record)")
+        return {int(r): [Action.parse(a) for a in acts] for r, acts in self.schedule.items()}
+
+    def cost_model(self) -> CostModel:
+        if self.sim_cost is None:
+            raise RecordError("plan.sim_cost: not recorded (a version-1 record)")
+        return CostModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in self.sim_cost.items()})
+
+    def stages_of(self, pipeline_rank: int) -> list[int]:
+        return sorted(int(s) for s, r in self.stage_rank.items() if r == pipeline_rank)
+
+    def layers_label(self, rank: int, pp: int, dp: int = 1) -> str:
+        """"layers 0-3, layers 12-15": what global `rank` holds, for a Gantt row or a table."""
+        replica = f"replica {rank // pp}\n" if dp > 1 else ""
+        return replica + ", ".join(f"layers {self.stage_layers[s][0]}-{self.stage_layers[s][1] - 1}"
+                                   for s in self.stages_of(rank % pp))
+
+
+@dataclass
+class Bubble:
+    theory: float | None  # closed form for this schedule and (N, M, v); None where there is none
+    simulated: float  # the simulator on this run's measured op costs and hop
+    measured: float  # mean of measured_per_rank
+    measured_per_rank: list[float]  # [pipeline rank] idle fraction of the step window, mean over replicas
+    measured_per_step: list[float]  # [measured step] mean over ranks
+    measured_per_global_rank: list[float]  # [global rank]
+
+
+@dataclass
+class Memory:
+    """Activation memory (bytes held for a later backward); None where the executor cannot meter it."""
+    peak_activation_bytes_per_rank: list[int] | None  # [pipeline rank] of replica 0
+    theory_peak_microbatches_per_rank: list[int | None]  # the schedule's in-flight (stage, microbatch) count
+    activation_bytes_per_microbatch_per_rank: list[float] | None  # one (stage, microbatch)'s; chunked: one chunk's
+    cuda_max_memory_allocated_per_rank: list[int] | None = None  # torch.cuda.max_memory_allocated, on CUDA
+
+
+@dataclass
+class GradCheck:
+    max_rel_diff: float  # max over parameters of max |g - r| / max |r| against one process
+    worst_param: str | None
+    params: int
+
+
+@dataclass
+class Metrics:
+    step_time_s: float  # median over measured steps, optimizer included
+    step_times_s: list[float]
+    throughput_samples_s: float  # M x B x dp / step_time_s
+    throughput_tokens_s: float | None  # gpt: x seq
+    losses: list[float] | None  # every step, warm-up included; None for executor=sim
+    bubble: Bubble
+    dp_sync_s: float | None
+    dp_sync_share: float | None
+    dp_sync_theory_s: float | None
+    memory: Memory
+    recompute_s: float
+    p2p_hop_s: float | None
+    stage_time_s: list[float]  # [stage] measured F + B (or F + I + W) per microbatch
+    measured_imbalance: float | None
+    mean_op_s: dict[str, list[float]]  # kind -> [stage] mean seconds
+    grad_check: GradCheck | None = None
+
+
+@dataclass
+class Result:
+    status: str  # ok | failed | interrupted
+    error: str | None  # one line
+    config: dict  # the resolved (and, once planned, the planned) config
+    env: Env | None = None
+    plan: PlanRecord | None = None
+    partition: dict | None = None
+    metrics: Metrics | None = None
+    worker_pids: list[int] = field(default_factory=list)
+    wall_s: float | None = None
+    error_detail: str | None = None  # more than a line: a schedule's grid
+    wandb_dir: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Result":
+        return _build(cls, upgrade(data), "result")
+
+    def headline(self) -> str:
+        c, m = self.config, self.metrics
+        mode = c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}"
+        what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
+        if self.status != "ok" or m is None:
+            return f"{what}: {self.status}: {self.error}"
+        b = m.bubble
+        theory = "n/a" if b.theory is None else f"{b.theory:.3f}"
+        return (f"{what}: bubble measured {b.measured:.3f} (theory {theory}, simulated {b.simulated:.3f}), "
+                f"step {m.step_time_s * 1e3:.1f} ms, {m.throughput_samples_s:.0f} samples/s"
+                + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s else ""))
+
+
+_RENAMED_V1 = {  # version 1 name -> version 2 name, per object
+    "bubble": {"measured_per_rank": "measured_per_global_rank", "measured_per_stage": "measured_per_rank"},
+    "memory": {"peak_activation_bytes_per_stage": "peak_activation_bytes_per_rank",
+               "theory_peak_microbatches_per_stage": "theory_peak_microbatches_per_rank",
+               "activation_bytes_per_microbatch_per_stage": "activation_bytes_per_microbatch_per_rank",
+               "cuda_max_memory_allocated_per_stage": "cuda_max_memory_allocated_per_rank"},
+}
+
+
+def upgrade(data: Any) -> dict:
+    """Any version's record as the current version's JSON (a new dict; `data` is untouched)."""
+    if not isinstance(data, dict):
+        raise RecordError("not a JSON object")
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise RecordError(f"schema_version={version!r}: written by a newer harness (this one reads <= {SCHEMA_VERSION})")
+    data = json.loads(json.dumps(data))
+    if version == 1 and isinstance(data.get("metrics"), dict):
+        for part, names in _RENAMED_V1.items():
+            old = data["metrics"].get(part)
+            if isinstance(old, dict):
+                data["metrics"][part] = {names.get(k, k): v for k, v in old.items()}
+    data["schema_version"] = SCHEMA_VERSION
+    return data
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """A dataclass from its JSON, recursively; RecordError naming the first missing or
+    mistyped field. Unknown keys are ignored (a later minor addition)."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: not a JSON object")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RecordError(f"{where}.{f.name}: missing")
+            continue
+        kwargs[f.name] = _value(hints[f.name], data[f.name], f"{where}.{f.name}")
+    return cls(**kwargs)
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = type(None) in typing.get_args(hint)
+    if value is None:
+        if optional or hint is Any:
+            return None
+        raise RecordError(f"{where}: null where a value is required")
+    base = args[0] if optional and len(args) == 1 else hint
+    if dataclasses.is_dataclass(base):
+        return _build(base, value, where)
+    origin = typing.get_origin(base) or base
+    if origin is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise RecordError(f"{where}: {type(value).__name__} where float belongs")
+    if origin in (int, str, bool, list, dict) and not isinstance(value, origin) or (
+            origin is int and isinstance(value, bool)):
+        raise RecordError(f"{where}: {type(value).__name__} where {getattr(origin, '__name__', origin)} belongs")
+    inner = typing.get_args(base)
+    if origin is list and inner:
+        return [_value(inner[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict and len(inner) == 2:
+        return {k: _value(inner[1], v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def read(path: Path) -> Result:
+    """A result.json as a Result; RecordError (one line) for anything unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise RecordError(f"unreadable: {type(e).__name__}: {e}") from None
+    return Result.from_json(data)

@@ -1,0 +1,182 @@
+"""The one rank loop every real executor shares: join the world, build the executor's
+runner, run every step (gc between steps, fault injection, a barrier, the runner's actions,
+the optimizer), and return a typed RankReport.
+
+An executor supplies only a runner (harness/runtime/registry.py names it): an object that
+builds this rank's stages and runs one step of their actions. What it cannot measure it
+reports as None, never 0.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from multiprocessing.queues import Queue
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); the forkserver pays once
+import torch.distributed as dist
+
+from harness.plan import Plan
+from harness.runtime.faults import maybe_inject, parse_fault
+from harness.runtime.groups import Layout
+from harness.runtime.tracer import RawEvent, Tracer, clock_for
+from harness.trace import COMPUTE
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a runner is built from."""
+    rank: int  # global rank
+    plan: Plan
+    device: torch.device
+    tracer: Tracer
+    layout: Layout
+
+
+@dataclass
+class StepMemory:
+    """One step's activation memory on a rank, from its meter."""
+    samples: list[tuple[int, int]]  # (ns, live bytes)
+    peak: int
+    microbatch_bytes: list[int]  # bytes one (stage, microbatch) held at the end of its F
+
+
+class Runner(Protocol):
+    def parameters(self) -> list[torch.Tensor]: ...
+
+    def run_step(self, step: int, drop_grads: bool) -> float | None:
+        """Every pipeline action of this rank for one step, sends drained; the step's loss
+        on the rank holding the last stage, else None. drop_grads: the noaccum fault."""
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        """Accumulated gradients by global parameter name ("<layer>.<param>")."""
+
+    def step_memory(self) -> StepMemory | None:
+        """The step's activation memory, or None where this runner cannot meter it."""
+
+
+@dataclass
+class RankReport:
+    rank: int
+    events: list[RawEvent]
+    losses: list[float] | None  # every step's, warm-up included; None off the last stage
+    memory: list[tuple[int, int, int]] | None = None  # (step, ns, live activation bytes)
+    peak_activation_bytes: int | None = None
+    activation_bytes_per_microbatch: float | None = None  # one (stage, microbatch)'s; with chunks one chunk's
+    # last step's accumulated gradients (verify_grads=true); numpy, not tensors: torch's
+    # queue pickling shares tensor memory by file descriptor, which dies with the worker
+    grads: dict[str, np.ndarray] | None = None
+    cuda_max_memory_allocated: int | None = None
+
+
+def named_gradients(plan: Plan, layers_by_stage: dict[int, torch.nn.Module]) -> dict[str, torch.Tensor]:
+    """Gradients of this rank's layers by global name "<layer>.<param>", as the
+    single-process reference names them (layer i of the whole model is "i")."""
+    out = {}
+    for s, layers in layers_by_stage.items():
+        first = plan.stage_layers[s][0]
+        for name, p in layers.named_parameters():
+            index, rest = name.split(".", 1)
+            out[f"{first + int(index)}.{rest}"] = p.grad.detach().cpu().clone()
+    return out
+
+
+def load_runner(path: str) -> Any:
+    """"module:Class" -> the class (imported in the worker: a runner may pull in heavy modules)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
+    """One thread, this rank's device, the process group joined (unless torchrun's caller
+    already did)."""
+    torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
+    if plan.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(plan.backend, init_method=init_method, rank=rank, world_size=plan.world,
+                                timeout=timedelta(seconds=plan.config.timeout_s))
+    return device
+
+
+def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankReport:
+    """Joins the world as `rank`, builds the runner, runs every step. The caller owns the
+    process group's teardown (torchrun gathers over it first)."""
+    device = join_world(rank, plan, init_method)
+    c = plan.config
+    tracer = Tracer(clock_for(device))
+    runner: Runner = load_runner(runner_path)(RankContext(rank, plan, device, tracer, Layout(c.pp, c.dp)))
+    optimizer = torch.optim.SGD(runner.parameters(), lr=c.lr)
+    fault = parse_fault(c.fault)
+    report = RankReport(rank, [], [])
+    memory: list[tuple[int, int, int]] = []
+    peaks: list[int] = []
+    mb_bytes: list[int] = []
+    metered = True
+    total = c.warmup_steps + c.steps
+    gc.disable()  # a collection pause inside a step is jitter; collect between steps instead
+    gc.freeze()  # ...and only of what this rank made: not the heap forked from the forkserver (~0.7 s a pass)
+    try:
+        for step in range(total):
+            gc.collect()
+            maybe_inject(fault, rank, step)
+            drop = fault is not None and fault.kind == "noaccum" and (fault.rank, fault.step) == (rank, step)
+            dist.barrier()  # every rank starts the step together; not inside the window
+            tracer.start_step(step)
+            report.losses.append(runner.run_step(step, drop))
+            if c.verify_grads and step == total - 1:
+                report.grads = {k: v.numpy() for k, v in runner.gradients().items()}
+            t0 = tracer.mark()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            tracer.record("optim", COMPUTE, "optim", -1, -1, t0)
+            tracer.finish_step()
+            report.events += tracer.take()
+            mem = runner.step_memory()
+            metered = metered and mem is not None
+            if mem is not None:
+                memory += [(step, t, b) for t, b in mem.samples]
+                if step >= c.warmup_steps:
+                    peaks.append(mem.peak)
+                    mb_bytes += mem.microbatch_bytes
+    finally:
+        gc.unfreeze()
+        gc.enable()
+    if report.losses[0] is None:
+        report.losses = None
+    if metered:
+        report.memory, report.peak_activation_bytes = memory, max(peaks)
+        report.activation_bytes_per_microbatch = sum(mb_bytes) / len(mb_bytes) if mb_bytes else 0.0
+    if device.type == "cuda":
+        report.cuda_max_memory_allocated = torch.cuda.max_memory_allocated(device)
+    return report
+
+
+def one_line(e: BaseException) -> str:
+    """`Type: message (file:line)` of where it was raised, on one line."""
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    at = f" ({os.path.basename(where.filename)}:{where.lineno})" if where else ""
+    return f"{type(e).__name__}: {e}{at}".replace("\n", " ")
+
+
+def worker_main(rank: int, port: int, plan: Plan, results: Queue, runner_path: str) -> None:
+    """Entry point of a forked rank: run it, put (rank, "ok", RankReport) or (rank, "error",
+    line) on `results`, and leave the process group."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
+    try:
+        results.put((rank, "ok", run_rank(rank, plan, f"tcp://127.0.0.1:{port}", runner_path)))
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
+        results.put((rank, "error", one_line(e)))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

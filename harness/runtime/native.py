@@ -1,0 +1,174 @@
+"""executor=native: runs this rank's action list, one step at a time, with real P2P of
+activations and gradients through the rank's Transport.
+
+Each stage is its own autograd graph: a stage's input is a fresh leaf, its .grad is what
+goes back. Gradients accumulate in .grad over the microbatches (each microbatch loss is
+scaled by 1/M, so the sum is the full-batch mean loss's gradient); the rank loop steps the
+optimizer. I runs the input gradient now and queues the weight gradient (SplitLinear's
+WeightGradStore) for its W. Memory: the MemoryMeter counts what each (stage, microbatch)
+holds for its backward, from its F until its B (or W).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Hashable
+
+import torch
+from torch import nn
+
+from harness.model import get_model
+from harness.model.checkpoint import CheckpointedStage
+from harness.model.split_linear import WeightGradStore, attach_store
+from harness.runtime.emulate import Emulator
+from harness.runtime.grad_sync import GradSync
+from harness.runtime.loop import RankContext, StepMemory, named_gradients
+from harness.runtime.memory import MemoryMeter
+from harness.runtime.transport import GroupTransport, Message, Routes, edge_groups
+from harness.schedules.ir import Action, Kind
+from harness.trace import COMM, COMPUTE
+
+
+class NativeRunner:
+    def __init__(self, ctx: RankContext):
+        plan, c, device = ctx.plan, ctx.plan.config, ctx.device
+        self.plan, self.device, self.tracer = plan, device, ctx.tracer
+        self.prank, self.replica = ctx.layout.pipeline_rank(ctx.rank), ctx.layout.replica(ctx.rank)
+        self.model = get_model(c.model)
+        self.actions: list[Action] = plan.schedule[self.prank]
+        self.last_stage = len(plan.stage_layers) - 1
+        self.store = WeightGradStore()
+        self.layers: dict[int, nn.Module] = {}  # stage -> its layers, under any wrapper
+        for s, r in plan.stage_rank.items():
+            if r == self.prank:
+                self.layers[s] = self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device)
+                attach_store(self.layers[s], self.store)
+        self.meter = MemoryMeter(self.parameters())
+        self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
+        self.modules: dict[int, nn.Module] = dict(self.layers)
+        if c.checkpointing:
+            self.modules = {s: CheckpointedStage(m, c.checkpoint_every, self.meter.keep, self._timed_recompute)
+                            for s, m in self.modules.items()}
+        # process groups: every rank creates every group, in one order (new_group is collective)
+        dp_group = ctx.layout.dp_group(ctx.rank)
+        groups = edge_groups(plan.schedule, c.pp, c.dp, ctx.rank,
+                             device if plan.backend == "nccl" else torch.device("cpu")) if plan.p2p == "safe" else {}
+        net = GroupTransport(plan.p2p, self.replica, c.pp, plan.stage_rank, groups,
+                             self.model.activation_shape(c.microbatch_size), torch.float32, device, self.tracer,
+                             c.p2p_single_tag, plan.backend)
+        self.transport = Routes(plan.stage_rank, self.prank, net)
+        self.sync = GradSync(dp_group, device, self.emulator, self.tracer) if c.dp > 1 else None
+        if self.sync:
+            self.modules = {s: self.sync.wrap(m) for s, m in self.modules.items()}
+        # the index of each stage's last backward in the action list: where DDP syncs
+        self.last_backward = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I)}
+        self.microbatch_bytes: list[int] = []
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [p for m in self.layers.values() for p in m.parameters()]
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        return named_gradients(self.plan, self.layers)
+
+    def step_memory(self) -> StepMemory:
+        return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes))
+
+    def _timed_recompute(self, key: Hashable, fn):
+        """Checkpointing's recompute, traced as its own event (kind R, inside the B/I)."""
+
+        def run(*args):
+            t0 = self.tracer.mark()
+            try:
+                return fn(*args)
+            finally:  # non-reentrant checkpoint ends a recompute early by raising
+                s, mb = key
+                self.tracer.record(f"{s}R{mb}", COMPUTE, "R", s, mb, t0)
+
+        return run
+
+    def _call(self, s: int, x: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
+        return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
+
+    # -- actions ------------------------------------------------------------------------
+    def _forward(self, a: Action, batch: list[tuple[torch.Tensor, torch.Tensor]], st: dict) -> torch.Tensor | None:
+        s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
+        last = s == self.last_stage
+        x = batch[mb][0] if s == 0 else self.transport.recv(Message(s - 1, s, "act", mb), a).requires_grad_(True)
+        h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        loss = None
+        with self.meter.saving(key), GradSync.forward_context(self.modules[s]):
+            y = self._call(s, x, key)
+            if last:
+                y = loss = self.model.loss(y, batch[mb][1]) / self.plan.config.microbatches
+        self.emulator.hold(h0, a)
+        self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
+        self.meter.keep(key, x if s > 0 else None)
+        self.meter.keep(key, y)
+        self.microbatch_bytes.append(self.meter.bytes_of(key))
+        st[key] = (x, y)
+        if not last:
+            self.transport.send(Message(s, s + 1, "act", mb), y, a)
+        return None if loss is None else loss.detach()
+
+    def _backward(self, a: Action, index: int, st: dict, drop_grads: bool) -> None:
+        """B, or I (input gradient now, weight gradient deferred to the W). With dp > 1 the
+        stage's last backward of the step also all-reduces its gradients: that tail, from
+        the last bucket's launch to the end, is traced as dp_sync, not as compute."""
+        s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
+        grad = None if s == self.last_stage else self.transport.recv(Message(s + 1, s, "grad", mb), a)
+        h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        if drop_grads:  # test-only fault: forget the microbatches accumulated so far
+            for p in self.parameters():
+                p.grad = None
+        x, output = st.pop(key)
+        syncing = self.sync.backward(self.modules[s], output, index == self.last_backward[s], h0,
+                                     self.emulator.seconds(a)) if self.sync else nullcontext()
+        with self.store.defer(key if a.kind is Kind.I else None), syncing:
+            torch.autograd.backward(output, grad_tensors=grad)
+        self.emulator.hold(h0, a)
+        launched = self.sync.launched if self.sync else None
+        self.tracer.record(str(a), COMPUTE, a.kind.value, s, mb, t0, launched)
+        if launched is not None:
+            self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, launched)
+        self.meter.release(key)
+        for held in self.store.holding(key):  # what the deferred W still needs
+            self.meter.keep(key, held)
+        if s > 0:
+            self.transport.send(Message(s, s - 1, "grad", mb), x.grad, a)
+
+    def _weight(self, a: Action) -> None:
+        h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        self.store.run((a.stage, a.microbatch))
+        self.emulator.hold(h0, a)
+        self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
+        self.meter.release((a.stage, a.microbatch))
+
+    def _batch(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """This replica's shard of the step's global batch, one tensor per microbatch, as a
+        loader would give (a view would share, and the meter count, the whole batch)."""
+        c = self.plan.config
+        per_replica = c.microbatches * c.microbatch_size
+        x, y = self.model.batch(c.seed, step, c.dp * per_replica)
+        shard = slice(self.replica * per_replica, (self.replica + 1) * per_replica)
+        return [(xi.clone().to(self.device), yi.clone().to(self.device))
+                for xi, yi in zip(x[shard].split(c.microbatch_size), y[shard].split(c.microbatch_size))]
+
+    def run_step(self, step: int, drop_grads: bool = False) -> float | None:
+        batch = self._batch(step)
+        st: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (stage, mb) -> (input, output)
+        self.meter.reset_peak()
+        self.microbatch_bytes.clear()
+        loss = None
+        for i, a in enumerate(self.actions):
+            if a.kind is Kind.F:
+                part = self._forward(a, batch, st)
+                if part is not None:
+                    loss = part if loss is None else loss + part
+            elif a.kind is Kind.W:
+                self._weight(a)
+            else:
+                self._backward(a, i, st, drop_grads)
+        self.transport.drain()
+        return None if loss is None else float(loss)
+

@@ -1,0 +1,147 @@
+"""Point-to-point transports: how a message between two stages travels, in one place.
+
+Every message a rank exchanges goes through `Transport.send` (never blocks), `recv` (blocks
+until the tensor is here) and `drain` (waits for every send, at the end of the step), in
+the order harness.schedules.p2p.lower writes; the validator checks that order under the
+backend's rules, so "valid" means "runs".
+
+- LocalHandoff: the neighbouring stage lives on this rank (V placement's turn, a rank's
+  interleaved chunks): the tensor is handed over in memory.
+- GroupTransport, `p2p=eager`: tagged isend/irecv on the world group. gloo matches by tag,
+  so any valid order runs; NCCL ignores tags and runs a rank pair's sends and receives on
+  one stream, where a large send holds the stream until the peer receives it: most
+  schedules deadlock there (the validator shows where).
+- GroupTransport, `p2p=safe`: one process group per directed stage edge, so each edge has
+  its own communicator, stream and FIFO; with every stage's microbatches in order, the k-th
+  send of an edge is the k-th receive, and a send can only wait for its own receive.
+  `p2p_single_tag=true` sends every message with tag 0, so gloo too matches in FIFO order
+  (NCCL's rule), which the tests run to prove the FIFO matching without a GPU.
+- Routes: picks local or group per message, so the runner never asks where a stage lives.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+
+from harness.schedules import p2p
+from harness.schedules.ir import Action, stage_to_rank
+from harness.runtime.tracer import Tracer
+from harness.trace import COMM, WAIT
+
+Message = p2p.Message
+
+
+class Transport(Protocol):
+    def send(self, msg: Message, tensor: torch.Tensor, producer: Action) -> None: ...
+
+    def recv(self, msg: Message, consumer: Action) -> torch.Tensor: ...
+
+    def drain(self) -> None: ...
+
+
+class LocalHandoff:
+    def __init__(self) -> None:
+        self.held: dict[Message, torch.Tensor] = {}
+
+    def send(self, msg: Message, tensor: torch.Tensor, producer: Action) -> None:
+        self.held[msg] = tensor
+
+    def recv(self, msg: Message, consumer: Action) -> torch.Tensor:
+        return self.held.pop(msg)
+
+    def drain(self) -> None:
+        pass
+
+
+class GroupTransport:
+    """isend / irecv over process groups: `groups` maps a p2p.channel key to its group (a
+    missing key: the world group). Receives land in a fresh buffer of the activation's
+    shape and dtype. gloo cannot move CUDA tensors: with device cuda on gloo (ranks sharing
+    a GPU), tensors travel through host memory."""
+
+    def __init__(self, transport: str, replica: int, pp: int, owner: dict[int, int], groups: dict,
+                 shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, tracer: Tracer,
+                 single_tag: bool = False, backend: str = "gloo"):
+        self.transport, self.replica, self.pp, self.owner = transport, replica, pp, owner
+        self.groups, self.shape, self.dtype, self.device = groups, shape, dtype, device
+        self.tracer, self.single_tag = tracer, single_tag
+        self.stages = max(owner) + 1
+        self.via_host = backend == "gloo" and device.type == "cuda"
+        self.sends: list[tuple[dist.Work, torch.Tensor]] = []  # each tensor must outlive its send
+
+    def _route(self, msg: Message, peer_stage: int) -> tuple[dist.ProcessGroup | None, int, int]:
+        key = p2p.channel(self.transport, self.replica, msg.from_stage, msg.to_stage, self.owner, self.pp)
+        return (self.groups.get(key), self.replica * self.pp + self.owner[peer_stage],
+                p2p.tag(msg.from_stage, msg.to_stage, msg.microbatch, self.stages, self.single_tag))
+
+    def send(self, msg: Message, tensor: torch.Tensor, producer: Action) -> None:
+        t0 = self.tracer.mark()
+        group, peer, tag = self._route(msg, msg.to_stage)
+        tensor = (tensor.cpu() if self.via_host else tensor).contiguous()
+        self.sends.append((dist.isend(tensor, dst=peer, group=group, tag=tag), tensor))
+        self.tracer.record(f"send {producer}", COMM, "send", producer.stage, producer.microbatch, t0)
+
+    def recv(self, msg: Message, consumer: Action) -> torch.Tensor:
+        group, peer, tag = self._route(msg, msg.from_stage)
+        buf = torch.empty(self.shape, dtype=self.dtype, device="cpu" if self.via_host else self.device)
+        t0 = self.tracer.mark()
+        dist.irecv(buf, src=peer, group=group, tag=tag).wait()
+        self.tracer.record(f"recv {consumer}", WAIT, "recv", consumer.stage, consumer.microbatch, t0)
+        return buf.to(self.device) if self.via_host else buf
+
+    def drain(self) -> None:
+        t0 = self.tracer.mark()
+        for work, _ in self.sends:
+            work.wait()
+        self.sends.clear()
+        self.tracer.record("send wait", WAIT, "send", -1, -1, t0)
+
+
+class Routes:
+    """The rank's one Transport: a message to or from a stage on this rank is handed over
+    locally, any other goes over the group transport."""
+
+    def __init__(self, owner: dict[int, int], pipeline_rank: int, net: GroupTransport):
+        self.owner, self.prank, self.local, self.net = owner, pipeline_rank, LocalHandoff(), net
+
+    def _via(self, msg: Message) -> Transport:
+        local = self.owner[msg.from_stage] == self.owner[msg.to_stage] == self.prank
+        return self.local if local else self.net
+
+    def send(self, msg: Message, tensor: torch.Tensor, producer: Action) -> None:
+        self._via(msg).send(msg, tensor.detach(), producer)
+
+    def recv(self, msg: Message, consumer: Action) -> torch.Tensor:
+        return self._via(msg).recv(msg, consumer)
+
+    def drain(self) -> None:
+        self.net.drain()
+
+
+def edge_groups(schedule: dict, pp: int, dp: int, rank: int, device: torch.device) -> dict:
+    """p2p=safe: one process group per directed stage edge, in p2p.channels' order (new_group
+    is collective: every rank creates every group), then one small exchange on each edge in
+    that same order, so every communicator exists before the schedule's first message (NCCL
+    creates a pair's communicator on first use, blocking both ends: a rendezvous the
+    schedule's order does not have). Sequential in one global order, the exchanges cannot
+    deadlock. Returns this rank's groups by channel key."""
+    owner = stage_to_rank(schedule)
+    edges = [(key, members) for key, members in p2p.channels(schedule, "safe", pp, dp) if key[0] == "edge"]
+    mine = {}
+    for key, members in edges:
+        group = dist.new_group(list(members))
+        if rank in members:
+            mine[key] = group
+    ping = torch.zeros(1, device=device)
+    for key, _ in edges:
+        if key in mine:
+            _, replica, frm, to = key
+            src, dst = replica * pp + owner[frm], replica * pp + owner[to]
+            if rank == src:
+                dist.send(ping, dst=dst, group=mine[key])
+            else:
+                dist.recv(ping, src=src, group=mine[key])
+    return mine

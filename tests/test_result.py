@@ -1,0 +1,46 @@
+"""result.json's schema: typed records that round-trip, older records upgraded on read,
+and a one-line reason for anything else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.result import SCHEMA_VERSION, RecordError, Result, read
+from tests.test_report import fake
+
+
+def test_a_record_round_trips_and_carries_its_version(tmp_path):
+    record = {k: v for k, v in fake(0).items() if k != "_dir"}
+    assert record["schema_version"] == SCHEMA_VERSION
+    (tmp_path / "result.json").write_text(json.dumps(record))
+    result = read(tmp_path / "result.json")
+    assert result.to_json() == record
+    assert result.metrics.bubble.measured_per_rank == [0.2, 0.2]
+
+
+def test_a_version_1_record_is_upgraded_on_read():
+    """Version 1 named per-rank lists `_per_stage` and the global ranks' bubbles `measured_per_rank`."""
+    v2 = {k: v for k, v in fake(0).items() if k != "_dir"}
+    v1 = json.loads(json.dumps(v2))
+    del v1["schema_version"]
+    b, mem = v1["metrics"]["bubble"], v1["metrics"]["memory"]
+    b["measured_per_stage"], b["measured_per_rank"] = b.pop("measured_per_rank"), b.pop("measured_per_global_rank")
+    for k in list(mem):
+        mem[k.replace("_per_rank", "_per_stage")] = mem.pop(k)
+    assert Result.from_json(v1).to_json() == v2
+
+
+@pytest.mark.parametrize("edit,reason", [
+    (lambda r: r.update(schema_version=SCHEMA_VERSION + 1), "written by a newer harness"),
+    (lambda r: r["metrics"].pop("bubble"), "result.metrics.bubble: missing"),
+    (lambda r: r["metrics"].update(step_time_s="fast"), "result.metrics.step_time_s: str where float belongs"),
+    (lambda r: r.update(status=None), "result.status: null where a value is required"),
+])
+def test_a_bad_record_is_one_line(edit, reason):
+    record = {k: v for k, v in fake(0).items() if k != "_dir"}
+    edit(record)
+    with pytest.raises(RecordError) as err:
+        Result.from_json(record)
+    assert reason in str(err.value) and "\n" not in str(err.value)
