@@ -97,3 +97,40 @@ def attach_store(module: nn.Module, store: WeightGradStore) -> None:
     for m in module.modules():
         if isinstance(m, SplitLinear):
             m.store = store
+
+
+def _as_split_linear(m: nn.Module) -> SplitLinear | None:
+    """A SplitLinear computing what `m` computes with `m`'s parameters, for an nn.Linear or a
+    Hugging Face Conv1D (GPT-2's y = x W + b, W [in, out]: transposed once, here); else None."""
+    if isinstance(m, SplitLinear):
+        return None
+    if isinstance(m, nn.Linear):
+        new = SplitLinear(m.in_features, m.out_features, bias=m.bias is not None, device="meta")
+        new.weight = m.weight  # the same Parameter objects: nothing copied
+        if m.bias is not None:
+            new.bias = m.bias
+        return new
+    weight = getattr(m, "weight", None)
+    if type(m).__name__ == "Conv1D" and hasattr(m, "nf") and isinstance(weight, nn.Parameter) and weight.dim() == 2:
+        nx, nf = weight.shape
+        new = SplitLinear(nx, nf, bias=m.bias is not None, device="meta")
+        new.weight = nn.Parameter(weight.detach().t().contiguous(), requires_grad=weight.requires_grad)
+        if m.bias is not None:
+            new.bias = m.bias
+        return new
+    return None
+
+
+def to_split_linear(module: nn.Module) -> int:
+    """Replaces, in place, every nn.Linear (and Hugging Face Conv1D) inside `module` by a
+    SplitLinear of the same weights and math, so zero-bubble schedules can defer its weight
+    gradient to W. Returns how many were replaced. Call it on a layer you build (a custom
+    model's too) before its parameters are handed to an optimizer."""
+    count = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            new = _as_split_linear(child)
+            if new is not None:
+                setattr(parent, name, new)
+                count += 1
+    return count

@@ -1,4 +1,10 @@
-"""What every model shares: a stack of layers, each built from its own seed."""
+"""What every model shares: a stack of layers, each built from its own seed.
+
+`LayerStack` implements the generic members of the `Model` protocol (protocol.py): the
+seeded `build_layers`, and defaults for `num_layers` (model.layers), `kind` and
+`input_shape`. A subclass writes `build_layer`, `batch`, `loss`, `activation_shape` and
+`fwd_flops` (ABSTRACT: the protocol check reports one left unwritten as missing).
+"""
 
 from __future__ import annotations
 
@@ -13,12 +19,15 @@ class LayerStack:
     from seed (seed, i), so a rank builds only its stage's layers and the stages together
     equal the single-process model."""
 
+    ABSTRACT = ("build_layer", "batch", "loss", "activation_shape", "fwd_flops")
+
     def __init__(self, cfg: ModelConfig):
         self.cfg = cfg
 
     @property
     def num_layers(self) -> int:
-        return self.cfg.num_layers
+        """model.layers; a model with more (an embedding, a head) overrides this."""
+        return self.cfg.layers
 
     def build_layer(self, i: int) -> nn.Module:
         raise NotImplementedError
@@ -30,3 +39,23 @@ class LayerStack:
             torch.manual_seed(seed * 1_000_003 + i)
             layers.append(self.build_layer(i))
         return nn.Sequential(*layers)
+
+    def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def activation_shape(self, microbatch_size: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def kind(self, i: int) -> str:
+        return "layer"
+
+    def input_shape(self, i: int, microbatch_size: int) -> tuple[tuple[int, ...], torch.dtype]:
+        """Every layer takes the activation (float32); a model whose first layer takes
+        something else (token ids) overrides this."""
+        return self.activation_shape(microbatch_size), torch.float32
+
+    def fwd_flops(self, i: int, microbatch_size: int) -> float:
+        raise NotImplementedError
