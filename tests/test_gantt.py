@@ -1,0 +1,188 @@
+"""The job's records besides result.json: the Gantt chart (harness/gantt.py) and trace.json
+(record.write_trace_json): what they show, the cap on trace.json, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.gantt import gantt_figure, plot_gantt
+from harness.record import read_trace, write_atomic, write_json_atomic, write_trace_json
+from harness.schedules.builders import build
+from harness.simulate.cost import CostModel
+from harness.simulate.engine import simulate
+from harness.trace import COMM, COMPUTE, WAIT, Event
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _native_like(steps: int = 2, pp: int = 2, m: int = 4) -> list[Event]:
+    """A simulated 1F1B step per step, with what the native executor adds: a wait in recv
+    before each rank > 0's forwards, sends (not drawn), a dp_sync and the optimizer."""
+    one = simulate(build("1f1b", pp, m), CostModel.uniform(pp))
+    span = max(e.end for e in one) + 0.01
+    out = []
+    for s in range(steps):
+        o = s * span
+        for e in one:
+            out.append(Event(e.rank, s, e.name, e.cat, e.kind, e.stage, e.microbatch, e.start + o, e.end + o))
+            if e.kind == "F" and e.rank > 0:
+                out.append(Event(e.rank, s, f"recv {e.name}", WAIT, "recv", e.stage, e.microbatch,
+                                 e.start + o - 0.001, e.start + o))
+            if e.kind == "F" and e.rank < pp - 1:
+                out.append(Event(e.rank, s, f"send {e.name}", COMM, "send", e.stage, e.microbatch,
+                                 e.end + o, e.end + o))
+        end = max(e.end for e in one) + o
+        for r in range(pp):
+            out.append(Event(r, s, f"dp_sync {r}", COMM, "dp_sync", r, -1, end, end + 0.002))
+            out.append(Event(r, s, "optim", COMPUTE, "optim", -1, -1, end + 0.002, end + 0.004))
+    return out
+
+
+def _legend(fig) -> list[str]:
+    return [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+
+
+def test_gantt_figure_legend_rows_and_labels():
+    trace = _native_like()
+    fig = gantt_figure(trace, 1, {0: "layers 0-3", 1: "layers 4-7"}, "title")
+    assert _legend(fig) == ["forward", "backward", "waiting in recv", "gradient all-reduce", "optimizer"]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0\nlayers 0-3", "rank 1\nlayers 4-7"]
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]  # rank 0 on top
+    assert ax.get_xlim()[0] == 0 and ax.get_xlabel() == "ms since step start"
+    # one patch per (kind, height) drawn, whatever the number of actions; sends are not drawn
+    bars = list(ax.patches)
+    assert len(bars) == 5
+    assert {p.get_facecolor()[:3] for p in bars} == {
+        tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)) for c in ("#4c72b0", "#55a868", "#dddddd", "#c44e52",
+                                                                         "#555555")}
+    # microbatch numbers on the F and B bars: 16 actions, each wide enough here
+    (labels,) = ax.collections
+    assert len(labels.get_paths()) == 2 * 2 * 4
+
+
+def test_gantt_dense_step_has_no_labels_and_no_edges():
+    """pp=16, M=256 interleaved: 1024 actions a rank on 16 inches, none wide enough for its
+    number; the bars' white edges would wash the colors out, so they are off."""
+    trace = simulate(build("interleaved_1f1b", 16, 256, 2), CostModel.uniform(32))
+    fig = gantt_figure(trace, 0, {}, "dense")
+    ax = fig.axes[0]
+    assert len(ax.collections) == 0
+    assert len(ax.patches) == 2 and all(p.get_linewidth() == 0 or p.get_edgecolor()[3] == 0 for p in ax.patches)
+    assert _legend(fig) == ["forward", "backward"]
+
+
+def test_plot_gantt_png_and_svg(tmp_path: Path):
+    trace = _native_like()
+    for name in ("g.png", "g.svg"):
+        plot_gantt(tmp_path / name, trace, 1, {}, "title")
+    assert (tmp_path / "g.png").read_bytes()[:8] == PNG_MAGIC
+    svg = ET.parse(tmp_path / "g.svg").getroot()
+    assert svg.tag.endswith("svg")
+    text = (tmp_path / "g.svg").read_text()
+    for label in ("forward", "backward", "waiting in recv", "gradient all-reduce", "optimizer"):
+        assert f"<!-- {label} -->" in text  # matplotlib names each text it draws as paths
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.png", "g.svg"]  # no temporary file left
+
+
+def test_plot_gantt_refuses_a_missing_step(tmp_path: Path):
+    with pytest.raises(ValueError, match="no events in step 7"):
+        plot_gantt(tmp_path / "g.png", _native_like(), 7, {}, "title")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _steps(trace_json: Path) -> dict:
+    data = json.loads(trace_json.read_text())
+    ev = data["traceEvents"]
+    return {"X": sorted({e["args"]["step"] for e in ev if e["ph"] == "X"}),
+            "C": [e for e in ev if e["ph"] == "C"], "M": [e for e in ev if e["ph"] == "M"],
+            "n": sum(e["ph"] in "XC" for e in ev), "cap": data["otherData"]["trace_cap"]}
+
+
+def _memory(trace) -> list[tuple[int, int, float, int]]:
+    """One activation sample per rank and step, at the step's first event of that rank."""
+    first: dict = {}
+    for e in trace:
+        if (e.rank, e.step) not in first or e.start < first[(e.rank, e.step)]:
+            first[(e.rank, e.step)] = e.start
+    return [(r, s, t, 2**20 * (r + 1)) for (r, s), t in sorted(first.items())]
+
+
+def test_trace_json_fields_and_round_trip(tmp_path: Path):
+    trace = _native_like(steps=2)
+    memory = _memory(trace)
+    kept = write_trace_json(tmp_path / "trace.json", trace, memory, pp=2)
+    assert kept == {"steps_kept": [0, 1], "steps_dropped": 0, "events_written": len(trace) + len(memory),
+                    "events_dropped": 0, "max_events": 200_000, "truncated_step": None}
+    data = json.loads((tmp_path / "trace.json").read_text())
+    assert data["displayTimeUnit"] == "ms" and data["otherData"]["trace_cap"] == kept
+    ev = data["traceEvents"]
+    assert [e["args"]["name"] for e in ev if e["ph"] == "M"] == [
+        "pipeline (dp replica 0)", "rank 0 (pipeline rank 0)", "rank 1 (pipeline rank 1)"]
+    x = [e for e in ev if e["ph"] == "X"]
+    assert x[0] == {"ph": "X", "name": trace[0].name, "cat": trace[0].cat, "pid": 0, "tid": trace[0].rank,
+                    "ts": trace[0].start * 1e6, "dur": (trace[0].end - trace[0].start) * 1e6,
+                    "args": {"step": 0, "kind": trace[0].kind, "stage": trace[0].stage,
+                             "microbatch": trace[0].microbatch}}
+    c = [e for e in ev if e["ph"] == "C"]
+    assert c[-1] == {"ph": "C", "name": "activations rank 1", "pid": 0, "tid": 1, "ts": memory[-1][2] * 1e6,
+                     "args": {"MiB": 2.0}}
+    back = read_trace(tmp_path / "trace.json")
+    assert [(e.rank, e.step, e.name, e.cat, e.kind, e.stage, e.microbatch) for e in back] == [
+        (e.rank, e.step, e.name, e.cat, e.kind, e.stage, e.microbatch) for e in trace]
+    assert all(math.isclose(a.end, b.end, rel_tol=1e-12, abs_tol=1e-12) for a, b in zip(back, trace))
+
+
+def test_trace_json_over_the_cap_keeps_the_last_whole_steps(tmp_path: Path):
+    trace = _native_like(steps=5)
+    memory = _memory(trace)
+    per_step = len(trace) // 5 + len(memory) // 5
+    kept = write_trace_json(tmp_path / "trace.json", trace, memory, pp=2, max_events=2 * per_step + per_step // 2)
+    assert kept == {"steps_kept": [3, 4], "steps_dropped": 3, "events_written": 2 * per_step,
+                    "events_dropped": 3 * per_step, "max_events": 2 * per_step + per_step // 2, "truncated_step": None}
+    got = _steps(tmp_path / "trace.json")
+    assert got["X"] == [3, 4] and got["n"] == 2 * per_step and got["cap"] == kept
+    assert sorted({e["ts"] for e in got["C"]}) == sorted({t * 1e6 for _r, s, t, _b in memory if s >= 3})
+    assert len(got["M"]) == 3  # the tracks are still named
+
+
+def test_trace_json_a_step_over_the_cap_alone_is_cut_in_time_order(tmp_path: Path):
+    trace = _native_like(steps=3)
+    last = [e for e in trace if e.step == 2]
+    kept = write_trace_json(tmp_path / "trace.json", trace, (), pp=2, max_events=10)
+    assert kept == {"steps_kept": [2], "steps_dropped": 2, "events_written": 10, "events_dropped": len(trace) - 10,
+                    "max_events": 10, "truncated_step": 2}
+    x = [e for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    assert sorted(e["ts"] for e in x) == sorted(e.start * 1e6 for e in last)[:10]
+
+
+def test_trace_json_uncapped_and_non_finite_numbers(tmp_path: Path):
+    trace = _native_like(steps=3)
+    kept = write_trace_json(tmp_path / "t.json", trace, (), max_events=None)
+    assert kept["steps_kept"] == [0, 1, 2] and kept["events_dropped"] == 0
+    bad = [Event(0, 0, "F\"0\n", COMPUTE, "F", 0, 0, 0.0, math.inf), Event(0, 0, "1F0", COMPUTE, "F", 0, 0, 0.0, 0.5)]
+    write_trace_json(tmp_path / "bad.json", bad, [(0, 0, math.nan, 1)])
+    ev = json.loads((tmp_path / "bad.json").read_text())["traceEvents"]  # strict JSON: no NaN/Infinity
+    assert [e.get("dur") for e in ev if e["ph"] == "X"] == [None, 0.5e6]
+    assert ev[2]["name"] == "F\"0\n" and [e["ts"] for e in ev if e["ph"] == "C"] == [None]
+
+
+def test_atomic_writes_leave_no_temporary_file(tmp_path: Path):
+    write_json_atomic(tmp_path / "r.json", {"a": 1})
+    write_trace_json(tmp_path / "trace.json", _native_like(), ())
+    plot_gantt(tmp_path / "gantt.png", _native_like(), 0, {}, "t")
+
+    def boom(f):
+        f.write(b"half a fi")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(tmp_path / "gantt.png", boom, binary=True)
+    assert (tmp_path / "gantt.png").read_bytes()[:8] == PNG_MAGIC  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gantt.png", "r.json", "trace.json"]
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
