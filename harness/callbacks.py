@@ -3,8 +3,8 @@ and exit status."""
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,7 +14,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.record import RESULT
+from harness.report.load import scan
+from harness.result import RecordError, read
 
 
 def sweep_size(config: DictConfig) -> int | None:
@@ -59,17 +60,23 @@ class Progress(Callback):
 
 
 class SweepSummary(Callback):
-    """After a sweep: how many jobs ran ok, which failed; exit 1 if any did."""
+    """After a sweep: how many jobs ran ok, which failed (or left a corrupt record, or none);
+    exit 1 if any did. Records are read through result.read: never a FIFO or a device."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         status: dict[str, list[str]] = {}
-        for path in sorted(sweep_dir.rglob(RESULT)):
+        found = scan(sweep_dir)
+        for path in found.records:
             try:
-                s = json.loads(path.read_text())["status"]
-            except (OSError, ValueError, KeyError):
+                s = read(path).status
+            except RecordError:
                 s = "corrupt"
-            status.setdefault(s, []).append(str(path.parent.relative_to(sweep_dir)))
+            status.setdefault(s, []).append(os.path.relpath(path.parent, sweep_dir))
+        for job in found.missing:  # a job directory without a record: killed before recording
+            status.setdefault("missing", []).append(os.path.relpath(job, sweep_dir))
+        for d, _why in found.unreadable:
+            status.setdefault("unreadable", []).append(os.path.relpath(d, sweep_dir))
         counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(status.items()))
         print(f"harness: sweep {sweep_dir}: {counts}", flush=True)
         bad = [j for k, v in status.items() if k != "ok" for j in v]

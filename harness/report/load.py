@@ -1,60 +1,176 @@
 """Find sweeps and read their records. A record that cannot be read, or lacks what the report
-needs, is listed with the reason, never fatal."""
+needs, is listed with the reason, never fatal; so is a job directory without a record."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config import Config
 from harness.record import RESULT
-from harness.result import RecordError, Result, read
+from harness.result import RecordError, Result, _value, read
 
-# What a record's config (a free dict in the schema) must hold to be reported.
-CONFIG_KEYS = ("schedule", "pp", "microbatches", "microbatch_size", "compute", "executor")
+# What a record's config (a free dict in the schema) must hold to be reported, as dotted keys.
+CONFIG_KEYS = ("schedule.name", "pp", "microbatches", "microbatch_size", "compute", "executor", "partition.name",
+               "model.name")
+# Every config key the report reads: where present, it must have the type harness.config.Config
+# gives it (other keys are not looked at: a record from another version may differ there).
+REPORTED = CONFIG_KEYS + ("dp", "virtual_stages", "device", "checkpointing", "profile", "model.layers",
+                          "model.hidden", "cost.fwd_ms_per_layer")
+POSITIVE = ("pp", "dp", "virtual_stages", "microbatches", "microbatch_size")  # in a run that finished ok
+# Beyond these no run was made (pp x dp is one process each): figures draw per rank and per M, so a
+# tampered record's 2**40 would cost the report hours, not a run
+LIMITS = {"pp": 1024, "dp": 1024, "virtual_stages": 1024, "microbatches": 65536}
+MISSING = "missing: no result.json (killed before recording?)"
+JOB_DIR = re.compile(r"[a-z]*\d+(_.*)?", re.S)  # a Hydra job's directory: `12_pp=4,...`, `ckpt0_...`
 
 
 @dataclass
 class Sweep:
     path: Path
     runs: list[dict] = field(default_factory=list)  # result.json contents, with "_dir" added
-    corrupt: list[tuple[str, str]] = field(default_factory=list)  # (record path relative to the sweep, why)
+    # (record path relative to the sweep, why): unreadable or partial records, job directories
+    # without one (why == MISSING), directories that could not be listed (path ends in "/")
+    corrupt: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return self.path.resolve().name  # `.` and `..` name the directory they stand for
+
+
+def status_of(why: str) -> str:
+    """runs.csv's status for a listed record: `missing` for a job without one, else `corrupt`."""
+    return "missing" if why == MISSING else "corrupt"
+
+
+@dataclass
+class Scan:
+    records: list[Path] = field(default_factory=list)  # every result.json (of any file type)
+    missing: list[Path] = field(default_factory=list)  # job directories without one
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)  # directories that could not be listed
+
+
+def scan(root: Path) -> Scan:
+    """Walks root without following links to directories or opening any file. A job directory
+    is one holding Hydra's `.hydra/`, or a child of root named like one (`3_pp=2`, `ckpt0_...`)."""
+    root, found = Path(root), Scan()
+
+    def failed(e: OSError) -> None:
+        found.unreadable.append((Path(e.filename or root), f"unreadable directory: {type(e).__name__}: {e.strerror}"))
+
+    for d, dirs, files in os.walk(root, onerror=failed):
+        here = Path(d)
+        if RESULT in files or RESULT in dirs:  # a directory named result.json is listed, not entered
+            found.records.append(here / RESULT)
+        elif ".hydra" in dirs or (here.parent == root and JOB_DIR.fullmatch(here.name)):
+            found.missing.append(here)
+        dirs[:] = sorted(x for x in dirs if x not in (RESULT, ".hydra"))
+    return found
 
 
 def newest_sweep(root: Path) -> Path:
     """The most recently modified directory under root/sweeps (or root) holding records."""
-    candidates = [p for p in (root / "sweeps").glob("*") if p.is_dir() and any(p.rglob(RESULT))]
-    if not candidates:
-        candidates = [p for p in root.glob("*/*") if p.is_dir() and any(p.rglob(RESULT))]
-    if not candidates:
-        raise FileNotFoundError(f"no sweep with a {RESULT} under {root}/ (run `make sweep` first)")
-    return max(candidates, key=lambda p: max(f.stat().st_mtime for f in p.rglob(RESULT)))
+    def newest(p: Path) -> float | None:
+        times = []
+        for f in scan(p).records:
+            try:
+                times.append(f.lstat().st_mtime)
+            except OSError:
+                pass
+        return max(times, default=None)
+
+    for pattern in ("sweeps/*", "*/*"):
+        candidates = {p: t for p in root.glob(pattern) if p.is_dir() and (t := newest(p)) is not None}
+        if candidates:
+            return max(candidates, key=candidates.__getitem__)
+    raise FileNotFoundError(f"no sweep with a {RESULT} under {root}/ (run `make sweep` first)")
+
+
+_HINTS: dict[type, dict[str, object]] = {}
+
+
+def _hint(cls: type, name: str) -> object:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls][name]
+
+
+def _check_config(c: dict, ok: bool) -> str | None:
+    """Why a record's config cannot be reported (a missing key, a wrong type), or None;
+    RecordError naming the key for a value of the wrong type."""
+    missing = []
+    for key in REPORTED:
+        cls, value, where = Config, c, "config"
+        for part in key.split("."):
+            if not isinstance(value, dict):
+                raise RecordError(f"{where}: {type(value).__name__} where a JSON object belongs")
+            if part not in value:
+                missing += [key] if key in CONFIG_KEYS else []
+                break
+            hint, value, where = _hint(cls, part), value[part], f"{where}.{part}"
+            if dataclasses.is_dataclass(hint):
+                cls = hint  # a group (schedule, model, ...): its own keys follow
+            else:
+                _value(hint, value, where)
+        else:
+            if ok and key in POSITIVE and isinstance(value, int) and value < 1:
+                return f"{where}={value}: must be >= 1 in a run that finished ok"
+            if ok and key in LIMITS and isinstance(value, int) and value > LIMITS[key]:
+                return f"{where}={value}: more than {LIMITS[key]}, not a run this harness makes"
+    return f"config lacks {', '.join(missing)}" if missing else None
 
 
 def problem(result: Result) -> str | None:
     """Why a well-formed record still cannot be reported, or None."""
-    if missing := [k for k in CONFIG_KEYS if k not in result.config]:
-        return f"config lacks {', '.join(missing)}"
+    try:
+        if why := _check_config(result.config, result.status == "ok"):
+            return why
+        if isinstance(result.partition, dict):  # free-form in the schema; the partition table reads these
+            for key, hint in (("layers_per_stage", list[int] | None), ("predicted_cost_per_stage", list[float] | None),
+                              ("cost_unit", str | None), ("imbalance", float | None)):
+                _value(hint, result.partition.get(key), f"partition.{key}")
+    except RecordError as e:
+        return str(e)
     if result.status == "ok" and result.metrics is None:
         return "status ok but no metrics"
+    try:  # the report writes UTF-8: no lone surrogates (JSON's "\ud800")
+        json.dumps(result.to_json(), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return "a string that is not valid UTF-8 (a lone surrogate)"
     return None
+
+
+def _rel(f: Path, root: Path) -> str:
+    """f relative to root, as text the report can write (a name that is not UTF-8 escaped)."""
+    rel = os.path.relpath(f, root)
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def load_sweep(path: Path) -> Sweep:
     sweep = Sweep(path)
-    for f in sorted(path.rglob(RESULT), key=str):
-        rel = str(f.relative_to(path))
+    found = scan(path)
+    sweep.corrupt += [(_rel(d / RESULT, path), MISSING) for d in found.missing]
+    sweep.corrupt += [(_rel(d, path).rstrip("/") + "/", why) for d, why in found.unreadable]
+    for f in found.records:
+        rel = _rel(f, path)
         try:
             result = read(f)
+            why = problem(result)
+            if why is None and rel != os.path.relpath(f, path):
+                why = "its path is not valid UTF-8"
         except RecordError as e:
-            sweep.corrupt.append((rel, str(e)))
-            continue
-        if why := problem(result):
-            sweep.corrupt.append((rel, why))
+            why = str(e)
+        except Exception as e:  # noqa: BLE001 - a bug here must not cost the report; the record is listed
+            why = f"unreadable: {type(e).__name__}: {e}"
+        if why is not None:
+            sweep.corrupt.append((rel, " ".join(why.split())))
             continue
         # the current schema's JSON (older records upgraded), plus where it lives
         sweep.runs.append({**result.to_json(), "_dir": str(f.parent.relative_to(path))})
+    sweep.corrupt.sort()
     return sweep

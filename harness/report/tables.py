@@ -1,5 +1,5 @@
-"""The tables of a report: runs.csv (one row per result.json, corrupt ones included) and the
-summary table of every run."""
+"""The tables of a report: runs.csv (one row per result.json, corrupt ones included, and one
+per job directory without a record) and the summary table of every run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 from harness.report.doc import Block, Table, Text
-from harness.report.load import Sweep
+from harness.record import RESULT
+from harness.report.load import Sweep, status_of
 from harness.report.runs import dim, run_id, schedule_label
 
 COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatches", "microbatch_size", "model",
@@ -43,9 +44,11 @@ def _order(run: dict) -> tuple:
 
 
 def write_csv(sweep: Sweep, path: Path) -> None:
-    """Every record, one row each; a corrupt one as status `corrupt` with the reason in `error`."""
+    """Every record, one row each; one that could not be reported as status `corrupt`, a job
+    directory without one as `missing`, with the reason in `error`."""
     rows = [row(r) for r in sorted(sweep.runs, key=_order)]
-    rows += [{"run": str(Path(f).parent), "status": "corrupt", "error": why} for f, why in sweep.corrupt]
+    rows += [{"run": str(Path(f).parent) if Path(f).name == RESULT else f, "status": status_of(why), "error": why}
+             for f, why in sweep.corrupt]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
         w.writeheader()
@@ -58,7 +61,7 @@ SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "comput
 
 def overrides(run: dict) -> list[str]:
     """A sweep directory's `key=value` overrides (`12_a=1,b=[1,2]` -> [a=1, b=[1,2]])."""
-    name = run["_dir"].split("_", 1)[1] if run_id(run).isdigit() else ""
+    name = run["_dir"].split("_", 1)[1] if run_id(run).isdigit() and "_" in run["_dir"] else ""
     return [o for o in re.split(r",(?=[\w.+~/-]+=)", name) if o]
 
 
