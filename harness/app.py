@@ -65,6 +65,8 @@ def main(cfg: DictConfig) -> None:
         sys.exit(130)
     if rank != 0:
         return
+    for note in result.plan.notes if result.plan else []:
+        print(f"harness: note: {note}", flush=True)
     print(f"harness: {result.headline()}", flush=True)
     print(f"harness: records in {out}", flush=True)
     if result.status != "ok" and not sweep:

@@ -30,10 +30,9 @@ class ConfigError(ValueError):
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
 SPLIT_BACKWARD = ("zb_h1", "zbv", "dualpipev")  # I/W schedules
-MODELS = ("mlp", "gpt")
 PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
 P2P_MODES = ("auto", "eager", "safe")
-COMPUTE_MODES = ("real", "emulated")
+COMPUTE_MODES = ("auto", "real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -46,17 +45,28 @@ class ScheduleConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "mlp"  # mlp: identical Linear+GELU layers | gpt: embedding, blocks, LM head
-    layers: int = 8  # mlp: layers; gpt: transformer blocks (plus embedding and head)
-    hidden: int = 256  # features per sample (mlp) or per token (gpt d_model)
-    heads: int = 4  # gpt: attention heads (hidden % heads == 0)
-    seq: int = 64  # gpt: tokens per sample
-    vocab: int = 1024  # gpt: vocabulary size
+    """Which model (the registry in harness/model/__init__.py) and its sizes. Each model
+    reads the fields it needs; the rest are ignored."""
+
+    name: str = "mlp"  # mlp: Linear+GELU layers | gpt: embedding, blocks, LM head | hf: a Hugging Face decoder | custom
+    layers: int = 8  # mlp: layers; gpt, hf: transformer blocks (plus embedding and head)
+    hidden: int = 256  # features per sample (mlp) or per token (gpt, hf: d_model)
+    heads: int = 4  # gpt, hf: attention heads (hidden % heads == 0)
+    seq: int = 64  # gpt, hf: tokens per sample
+    vocab: int = 1024  # gpt, hf: vocabulary size
+    arch: str = "llama"  # hf: gpt2 | llama | mistral | qwen2 (transformers' own classes, random weights, no download)
+    kv_heads: int | None = None  # hf: key/value heads (grouped-query attention, heads % kv_heads == 0); null: heads
+    ffn: int | None = None  # hf: feed-forward width (intermediate size); null: 4 x hidden
+    target: str | None = None  # custom: "module:factory" (from the current directory or PYTHONPATH) | "path/file.py:factory"
+    kwargs: dict = field(default_factory=dict)  # custom: the factory's keyword arguments (+model.kwargs.depth=3)
 
     @property
     def num_layers(self) -> int:
-        """Partitionable layers: mlp layers; gpt blocks + embedding + head."""
-        return self.layers + (2 if self.name == "gpt" else 0)
+        """Partitionable layers, as the model says (mlp: layers; gpt, hf: blocks + embedding
+        + head; custom: its factory's model). ModelError (a ConfigError) if it cannot be built."""
+        from harness.model import get_model  # lazily: harness.model imports this module
+
+        return get_model(self).num_layers
 
 
 @dataclass
@@ -69,11 +79,19 @@ class PartitionConfig:
 
 @dataclass
 class CostConfig:
-    """Modeled op costs for compute=emulated: each action sleeps this long (after its
-    real math, which a small model finishes well within it)."""
+    """Modeled op costs for compute=emulated: each action is held this long (after its
+    real math, which a small model finishes well within it). Without a profile, one layer's
+    forward on a microbatch of B samples costs
+        fwd_ms_per_layer x (fixed_fraction + (1 - fixed_fraction) x B / at_microbatch_size):
+    a fixed part (launches, per-op overhead) plus a part per sample, so sweeping B, or dp at a
+    fixed global batch, changes the work as it would on hardware. With a profile, its times at
+    B (interpolated between its measured sizes)."""
 
-    fwd_ms_per_layer: float = 5.0  # forward ms of one layer for one microbatch (without a profile)
+    fwd_ms_per_layer: float = 5.0  # forward ms of one layer on a microbatch of at_microbatch_size samples
+    at_microbatch_size: int = 4  # the microbatch size fwd_ms_per_layer is given at
+    fixed_fraction: float = 0.2  # share of fwd_ms_per_layer that does not scale with B
     bwd_over_fwd: float = 2.0  # backward / forward time (2: two matmuls per forward one)
+    weight_grad_share: float = 0.5  # split backward: W = share x B, I = (1 - share) x B (zero-bubble schedules)
     time_scale: float = 1.0  # multiplies every emulated cost, e.g. a GPU profile slowed so CPU math fits
 
 
@@ -113,11 +131,12 @@ class Config:
     executor: str = "native"  # native | pytorch: torch.distributed.pipelining, same plan | sim: the simulator
     p2p: str = "auto"  # eager: tagged isend/irecv on one group | safe: a group per stage edge (NCCL-safe) | auto: safe on NCCL, else eager
     p2p_single_tag: bool = False  # every message with tag 0: gloo then matches in FIFO order, as NCCL does
-    compute: str = "real"  # real math | emulated: each op sleeps its modeled cost (cost.*)
+    compute: str = "auto"  # real: timed math | emulated: each op held to its modeled cost (cost.*) | auto: real unless ranks would outnumber cores
     device: str = "auto"  # cpu | cuda (fewer GPUs than ranks: they share, over gloo) | auto (cuda when there are pp x dp GPUs)
     steps: int = 5  # measured steps
     warmup_steps: int = 1  # steps run before measuring (not in the metrics, losses kept)
     seed: int = 0  # model init and data
+    repeat: int = 0  # a label, nothing else: sweep repeat=0,1,2 to see how much the same config varies run to run
     lr: float = 0.01  # SGD learning rate
     max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
     start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
@@ -151,7 +170,9 @@ def _at_least(key: str, value: float, low: float, what: str = "an integer") -> N
 def validate(c: Config, cuda_devices: int = 0) -> None:
     """Everything a run needs that the schema cannot express, checked before any worker."""
     _one_of("schedule", c.schedule.name, SCHEDULES)
-    _one_of("model", c.model.name, MODELS)
+    from harness.model import MODELS as registered  # the model registry (harness.model imports this module)
+
+    _one_of("model", c.model.name, tuple(registered))
     _one_of("partition", c.partition.name, PARTITIONS_SUPPORTED)
     _one_of("executor", c.executor, tuple(EXECUTORS))
     _one_of("p2p", c.p2p, P2P_MODES)
@@ -190,6 +211,10 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     if c.cost.fwd_ms_per_layer < 0 or c.cost.bwd_over_fwd < 0:
         raise ConfigError(f"cost.fwd_ms_per_layer={c.cost.fwd_ms_per_layer}, cost.bwd_over_fwd="
                           f"{c.cost.bwd_over_fwd}: must be >= 0")
+    _at_least("cost.at_microbatch_size", c.cost.at_microbatch_size, 1)
+    for key in ("fixed_fraction", "weight_grad_share"):
+        if not 0 <= getattr(c.cost, key) <= 1:
+            raise ConfigError(f"cost.{key}={getattr(c.cost, key)}: must be between 0 and 1")
     if c.comm.latency_s < 0 or c.comm.bandwidth_Bps <= 0:
         raise ConfigError(f"comm.latency_s={c.comm.latency_s}, comm.bandwidth_Bps={c.comm.bandwidth_Bps}: "
                           "latency must be >= 0 and bandwidth > 0")

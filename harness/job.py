@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from harness.config import Config, ConfigError
+from harness.gantt import plot_gantt
 from harness.metrics import compute_metrics, grad_check
 from harness.plan import Plan, make_plan
-from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, plot_gantt, write_json_atomic, write_trace_json
+from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, write_json_atomic, write_trace_json
 from harness.reference import reference_losses
 from harness.result import Metrics, Result
 from harness.runtime.launch import Execution, WorkerError, from_reports, run_processes, run_torchrun, torchrun_rank
@@ -50,14 +51,15 @@ def gantt_title(plan: Plan, metrics: Metrics, step: int) -> str:
 
 
 def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, group: str, name: str) -> None:
-    """result.json first (the source of truth), then trace.json, the Gantt of the last step
-    and the wandb run."""
+    """trace.json and the Gantt of the last step first, then result.json (ok only once the
+    others are complete: a job interrupted here is rerun by resume), then the wandb run. Every
+    file is written atomically and fsynced."""
     c = plan.config
-    write_json_atomic(out_dir / RESULT, result.to_json())
-    write_trace_json(out_dir / TRACE, run.trace, run.memory, c.pp)
+    result.trace_json = write_trace_json(out_dir / TRACE, run.trace, run.memory, c.pp)
     last = max(e.step for e in run.trace)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))
+    write_json_atomic(out_dir / RESULT, result.to_json())
     result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                  c.wandb.entity)
     write_json_atomic(out_dir / RESULT, result.to_json())

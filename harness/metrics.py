@@ -16,10 +16,12 @@ import torch
 from harness import theory
 from harness.model import get_model
 from harness.plan import Plan, layer_params
+from harness.result import Attribution, Bubble, GradCheck, Memory, Metrics
+from harness.runtime.registry import get_executor
 from harness.schedules.ir import Kind
+from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
-from harness.result import Bubble, GradCheck, Memory, Metrics
-from harness.trace import Trace, events_of_step, step_numbers
+from harness.trace import COMM, Event, Trace, events_of_step, step_numbers
 
 if TYPE_CHECKING:
     from harness.runtime.launch import Execution
@@ -80,20 +82,69 @@ def hop_latency(trace: Trace) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def simulated_bubble(plan: Plan, measured: Trace) -> float:
-    """The simulator fed with this run's own measured mean op costs per stage and kind, and
-    its measured hop latency (or, with none measured, comm.latency_s + bytes / bandwidth)."""
+def measured_cost_model(plan: Plan, costs: dict[str, list[float]]) -> CostModel:
+    """The run's own measured mean op costs per stage and kind, with the configured P2P cost."""
     stages = len(plan.stage_layers)
-    costs = mean_costs(measured, stages)
-    hop = hop_latency(measured)
-    model = replace(plan.sim_cost(), fwd_s=tuple(costs.get("F", [0.0] * stages)),
-                    bwd_s=tuple(costs.get("B", [0.0] * stages)),
-                    input_grad_s=tuple(costs["I"]) if "I" in costs else None,
-                    weight_grad_s=tuple(costs["W"]) if "W" in costs else None)
-    if hop is not None:
-        model = replace(model, p2p_latency_s=hop, p2p_bandwidth_Bps=float("inf"))
-    sim = simulate(plan.schedule, model)
-    return statistics.fmean(bubble_per_rank(sim, plan.config.pp))
+    return replace(plan.sim_cost(), fwd_s=tuple(costs.get("F", [0.0] * stages)),
+                   bwd_s=tuple(costs.get("B", [0.0] * stages)),
+                   input_grad_s=tuple(costs["I"]) if "I" in costs else None,
+                   weight_grad_s=tuple(costs["W"]) if "W" in costs else None)
+
+
+def simulated_bubble(plan: Plan, model: CostModel) -> float:
+    """The bubble of this plan's schedule, simulated on `model`, measured as the runs are."""
+    return statistics.fmean(bubble_per_rank(simulate(plan.schedule, model), plan.config.pp))
+
+
+def theory_costs(plan: Plan, costs: dict[str, list[float]]) -> tuple[float, float]:
+    """(B / F, W / B) for the theory: the modeled costs where the run held actions to them
+    (compute=emulated, or a simulated executor), else the measured ones, averaged over stages."""
+    if plan.config.compute == "emulated" or get_executor(plan.config.executor).simulated:
+        m = plan.emulated_cost
+        f, b, w = sum(m.fwd_s), sum(m.bwd_s), sum(m.weight_grad_s or (x / 2 for x in m.bwd_s))
+    else:
+        f = sum(costs.get("F", [0.0]))
+        b = sum(costs["B"]) if "B" in costs else sum(costs.get("I", [0.0])) + sum(costs.get("W", [0.0]))
+        w = sum(costs["W"]) if "W" in costs else b / 2
+    if f <= 0 or b <= 0:
+        return 2.0, 0.5  # nothing to go by (an empty stage): the default shape
+    return b / f, min(1.0, w / b)
+
+
+def bubble_theory(plan: Plan, costs: dict[str, list[float]]) -> tuple[theory.Theory | None, dict]:
+    """The schedule's bubble on equal stages and free communication, in the run's costs
+    (harness/theory.py: a closed form, or the simulator's ideal, labelled); a CSV schedule
+    gets its built-in's when it is one. None where the schedule has no theory."""
+    c = plan.config
+    bwd_over_fwd, share = theory_costs(plan, costs)
+    used = {"bwd_over_fwd": bwd_over_fwd, "weight_grad_share": share}
+    try:
+        if c.schedule.name == "csv":
+            return theory.bubble_of_schedule(plan.schedule, c.microbatches, bwd_over_fwd, share), used
+        return theory.bubble(c.schedule.name, c.pp, c.microbatches, c.virtual_stages, bwd_over_fwd, share), used
+    except (KeyError, ValueError):
+        return None, used
+
+
+def attribution(measured: float, schedule: float, no_comm: float, with_comm: float) -> Attribution:
+    """The measured bubble split into what explains it, each part the step from one model to
+    the next: the schedule (theory on equal stages), imbalance (the simulator on the run's
+    measured per-stage costs without communication), communication (the same with the
+    measured hop) and overhead (measured minus that simulation: the runtime, jitter). The
+    parts sum to the measured bubble exactly. Where a model comes out below the one before
+    it (noise on equal stages), its part is zero and the difference passes to the next."""
+    no_comm = max(schedule, no_comm)
+    with_comm = max(no_comm, with_comm)
+    return Attribution(schedule=schedule, imbalance=no_comm - schedule, communication=with_comm - no_comm,
+                       overhead=measured - with_comm)
+
+
+def quartiles(values: list[float]) -> list[float]:
+    """[25th, 75th] percentile: the interquartile range of a run's measured steps."""
+    if len(values) < 2:
+        return [values[0], values[0]] if values else []
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return [q[0], q[2]]
 
 
 def grad_check(pipeline: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> GradCheck:
@@ -137,10 +188,27 @@ def ring_allreduce_s(plan: Plan) -> float:
     return 2 * (c.dp - 1) * c.comm.latency_s + 2 * (c.dp - 1) / c.dp * nbytes / c.comm.bandwidth_Bps
 
 
-def _theory(fn, *args):
-    """A closed form, or None where there is none (schedule=csv, or outside its domain)."""
+def modeled_step(plan: Plan) -> Trace:
+    """One step as the cost model predicts it: the simulator on the modeled op costs and the
+    configured comm.* model, each stage's last backward followed by its ring all-reduce with
+    dp > 1 (what executor=sim runs, and the reference a measured step is held against)."""
+    one = simulate(plan.schedule, plan.sim_cost())
+    if plan.config.dp > 1:
+        sync = ring_allreduce_s(plan)
+        last = {}  # (rank, stage) -> its last backward event
+        for e in one:
+            if e.kind in "BI":
+                last[(e.rank, e.stage)] = e
+        for (rank, stage), e in last.items():  # the sync after the stage's last backward, no overlap
+            one.append(Event(rank, 0, f"dp_sync {stage}", COMM, "dp_sync", stage, -1, e.end, e.end + sync))
+    return one
+
+
+def _inflight(plan: Plan, rank: int) -> int | None:
+    """The schedule's peak in-flight (stage, microbatch) count on a rank; None without a closed form."""
+    c = plan.config
     try:
-        return fn(*args)
+        return theory.peak_inflight_microbatches(c.schedule.name, c.pp, c.microbatches, rank, c.virtual_stages)
     except (KeyError, ValueError):
         return None
 
@@ -153,6 +221,7 @@ def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
     per_global = [statistics.fmean(b[r] for b in per_step) for r in range(run.ranks)]
     # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
     per_rank = [statistics.fmean(per_global[p::c.pp]) for p in range(c.pp)]
+    step_bubbles = [statistics.fmean(b) for b in per_step]
     times = [step_time(events_of_step(trace, s)) for s in measured_steps]
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
@@ -164,20 +233,34 @@ def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
     metered = bool(replica0) and all(r.peak_activation_bytes is not None for r in replica0)
     cuda = [r.cuda_max_memory_allocated for r in replica0]
     samples = c.microbatches * c.microbatch_size * c.dp
+    measured = statistics.fmean(per_rank)
+    hop = hop_latency(measured_trace)
+    own = measured_cost_model(plan, costs)
+    no_comm = simulated_bubble(plan, replace(own, p2p_latency_s=0.0, p2p_bandwidth_Bps=float("inf")))
+    # with the measured hop, or, with none measured, the configured comm.* model
+    simulated = simulated_bubble(plan, own if hop is None else replace(own, p2p_latency_s=hop,
+                                                                       p2p_bandwidth_Bps=float("inf")))
+    ideal, ideal_costs = bubble_theory(plan, costs)
     return Metrics(
         step_time_s=st,
         step_times_s=times,
+        step_time_iqr_s=quartiles(times),
+        model_step_s=step_time(modeled_step(plan)),
         throughput_samples_s=samples / st,
         # gpt: tokens per second too (samples x seq), the figure LM people compare
-        throughput_tokens_s=samples * c.model.seq / st if c.model.name == "gpt" else None,
+        throughput_tokens_s=samples * c.model.seq / st if c.model.name in ("gpt", "hf") else None,
         losses=run.losses,
         bubble=Bubble(
-            theory=_theory(theory.bubble_fraction, c.schedule.name, c.pp, c.microbatches, c.virtual_stages),
-            simulated=simulated_bubble(plan, measured_trace),
-            measured=statistics.fmean(per_rank),
+            theory=None if ideal is None else ideal.value,
+            theory_source=None if ideal is None else ideal.source,
+            theory_costs=ideal_costs,
+            simulated=simulated,
+            measured=measured,
             measured_per_rank=per_rank,
-            measured_per_step=[statistics.fmean(b) for b in per_step],
+            measured_per_step=step_bubbles,
+            measured_step_iqr=quartiles(step_bubbles),
             measured_per_global_rank=per_global,
+            attribution=None if ideal is None else attribution(measured, ideal.value, no_comm, simulated),
         ),
         dp_sync_s=sync,
         dp_sync_share=None if sync is None else sync / st,
@@ -185,14 +268,13 @@ def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
         memory=Memory(
             peak_activation_bytes_per_rank=[r.peak_activation_bytes for r in replica0] if metered else None,
             # in (stage, microbatch) units: for chunked schedules one chunk's activations
-            theory_peak_microbatches_per_rank=[_theory(theory.peak_inflight_microbatches, c.schedule.name, c.pp,
-                                                       c.microbatches, r, c.virtual_stages) for r in range(c.pp)],
+            theory_peak_microbatches_per_rank=[_inflight(plan, r) for r in range(c.pp)],
             activation_bytes_per_microbatch_per_rank=[r.activation_bytes_per_microbatch for r in replica0]
             if metered else None,
             cuda_max_memory_allocated_per_rank=cuda if cuda and None not in cuda else None,
         ),
         recompute_s=sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
-        p2p_hop_s=hop_latency(measured_trace),
+        p2p_hop_s=hop,
         stage_time_s=stage_times,
         measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
         mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},

@@ -4,6 +4,7 @@ receive it whole and build their stage from it."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -35,6 +36,10 @@ class Plan:
     device: str  # cpu | cuda (auto resolved)
     backend: str  # nccl (a GPU per rank) | gloo (CPU, or ranks sharing GPUs: tensors through host memory)
     p2p: str  # eager | safe (auto resolved): the transport of the native executor's messages
+    notes: tuple[str, ...] = ()  # what the user should know about how this plan was made (printed, recorded)
+    cores: int = 1  # CPU cores this process may run on
+    ranks_on_host: int = 1  # worker processes on this host
+    oversubscribed: bool = False  # compute=real with more busy ranks than cores (or ranks sharing a GPU)
 
     @property
     def world(self) -> int:
@@ -53,7 +58,7 @@ class Plan:
         return PlanRecord(stage_layers=[list(b) for b in self.stage_layers], partition=self.partition.describe(),
                           stage_rank={str(k): v for k, v in self.stage_rank.items()}, device=self.device,
                           backend=self.backend, emulated_cost=asdict(self.emulated_cost),
-                          sim_cost=asdict(self.sim_cost()), p2p=self.p2p,
+                          sim_cost=asdict(self.sim_cost()), p2p=self.p2p, notes=list(self.notes),
                           schedule={str(r): [str(a) for a in acts] for r, acts in sorted(self.schedule.items())})
 
 
@@ -85,18 +90,24 @@ def make_partition(c: Config, model: Model, stages: int) -> Partition:
     return Partition(method, min_max(costs, stages), unit, costs)
 
 
-def emulated_costs(c: Config, bounds: list[tuple[int, int]], num_layers: int) -> CostModel:
-    """What compute=emulated sleeps per stage: the profile's per-layer times when a profile
-    is given, else cost.fwd_ms_per_layer per layer and cost.bwd_over_fwd times that; all
-    times cost.time_scale."""
-    k = c.cost.time_scale
+def emulated_costs(c: Config, bounds: list[tuple[int, int]], num_layers: int) -> tuple[CostModel, list[str]]:
+    """What compute=emulated holds each action for, per stage, and notes for the user: the
+    profile's per-layer times at B when a profile is given, else CostConfig's fixed part plus
+    per-sample part; a split backward as I = (1 - w) B, W = w B; all times cost.time_scale."""
+    k, w = c.cost.time_scale, c.cost.weight_grad_share
+    notes: list[str] = []
     if c.profile:
-        layers = load_profile(c.profile, c.microbatch_size, num_layers)
+        layers = load_profile(c.profile, c.microbatch_size, num_layers, notes)
         fwd = tuple(k * sum(lc.fwd_s for lc in layers[a:b]) for a, b in bounds)
         bwd = tuple(k * sum(lc.bwd_s for lc in layers[a:b]) for a, b in bounds)
-        return CostModel(fwd_s=fwd, bwd_s=bwd)
-    fwd = tuple(k * (b - a) * c.cost.fwd_ms_per_layer / 1e3 for a, b in bounds)
-    return CostModel(fwd_s=fwd, bwd_s=tuple(f * c.cost.bwd_over_fwd for f in fwd))
+    else:
+        cc = c.cost
+        per_layer_s = cc.fwd_ms_per_layer / 1e3 * (cc.fixed_fraction + (1 - cc.fixed_fraction) * c.microbatch_size
+                                                   / cc.at_microbatch_size)
+        fwd = tuple(k * (b - a) * per_layer_s for a, b in bounds)
+        bwd = tuple(f * cc.bwd_over_fwd for f in fwd)
+    return CostModel(fwd_s=fwd, bwd_s=bwd, input_grad_s=tuple((1 - w) * b for b in bwd),
+                     weight_grad_s=tuple(w * b for b in bwd)), notes
 
 
 def load_schedule(c: Config) -> Schedule:
@@ -133,12 +144,24 @@ def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
         raise ConfigError(f"schedule: {stages} stages, more than the model's {model.num_layers} layers")
     try:
         partition = make_partition(c, model, stages)
-        cost = emulated_costs(c, partition.bounds, model.num_layers)
+        cost, notes = emulated_costs(c, partition.bounds, model.num_layers)
     except ProfileError as e:
         raise ConfigError(str(e)) from None
     # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
     # exchange through host memory over gloo
     backend = "nccl" if device == "cuda" and cuda_devices >= c.pp * c.dp else "gloo"
+    cores, on_host = host_cores(), ranks_on_host(c.pp * c.dp)
+    # busy ranks outnumber what they run on: real timings would measure the contention
+    crowded = (on_host > cores) if device == "cpu" else backend == "gloo"
+    if EXECUTORS[c.executor].simulated:  # no process: its timings are the modeled costs
+        crowded, on_host = False, 0
+        c = replace(c, compute="emulated") if c.compute == "auto" else c
+    if c.compute == "auto":
+        c = replace(c, compute="emulated" if crowded else "real")
+        if crowded:
+            notes.append(f"compute=auto: emulated, since {on_host} ranks would share "
+                         f"{f'{cores} cores' if device == 'cpu' else f'{cuda_devices} GPUs'} (compute=real times the "
+                         "contention)")
     if device == "cuda" and backend == "gloo" and not EXECUTORS[c.executor].transport:
         raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({c.pp * c.dp} ranks, "
                           f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
@@ -149,7 +172,17 @@ def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
         step_s = max(e.end for e in simulate(schedule, cost))
         c = replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1))
     return Plan(c, schedule, tuple(partition.bounds), partition, stage_to_rank(schedule), cost, device, backend,
-                transport)
+                transport, tuple(notes), cores, on_host, crowded and c.compute == "real")
+
+
+def host_cores() -> int:
+    """CPU cores this process may run on (its affinity: a container's or taskset's share)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def ranks_on_host(world: int) -> int:
+    """Worker processes on this host: torchrun's per-node count, else the whole world (forked here)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
 def check_transport(c: Config, schedule: Schedule, transport: str, backend: str) -> None:

@@ -1,18 +1,23 @@
-"""Record a job: result.json (atomic), trace.json (Perfetto), gantt.png, wandb run."""
+"""Record a job: result.json and trace.json (Perfetto; capped), written atomically, and the
+wandb run. The Gantt chart (gantt.png) is harness/gantt.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import re
 import socket
+import stat
 import subprocess
 import tempfile
+from collections import Counter
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Callable
 
 from harness.result import Env, PlanRecord
-from harness.trace import COMPUTE, Event, Trace, events_of_step
+from harness.trace import Event, Trace
 
 if TYPE_CHECKING:
     from harness.plan import Plan
@@ -20,17 +25,33 @@ if TYPE_CHECKING:
 RESULT, TRACE, GANTT = "result.json", "trace.json", "gantt.png"
 
 
-def write_json_atomic(path: Path, data: object) -> None:
-    """Temporary file in the same directory, then rename: a reader never sees half a file."""
+# New files get the usual permissions (0666 less the umask) rather than mkstemp's 0600.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def write_atomic(path: Path, write: Callable[[IO], object], binary: bool = False) -> None:
+    """`write(f)` into a temporary file in the same directory, flushed and fsync'd, then
+    renamed over `path`: a reader (or a crash) never sees half a file, and no temporary file
+    is left behind when `write` raises."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, default=str)
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """JSON through write_atomic: a reader never sees half a file."""
+    write_atomic(path, lambda f: json.dump(data, f, indent=1, default=str))
 
 
 def environment(plan: "Plan") -> Env:
@@ -44,77 +65,124 @@ def environment(plan: "Plan") -> Env:
         commit = None
     name = torch.cuda.get_device_name(0) if device == "cuda" else (platform.processor() or platform.machine())
     return Env(torch=torch.__version__, python=platform.python_version(), device=device, device_name=name,
-               world_size=world, git_commit=commit, hostname=socket.gethostname(), cpu_count=os.cpu_count())
+               world_size=world, git_commit=commit, hostname=socket.gethostname(), cpu_count=os.cpu_count(),
+               cores=plan.cores, ranks_on_host=plan.ranks_on_host, oversubscribed=plan.oversubscribed)
 
 
-def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = (), pp: int = 0) -> None:
+# trace.json holds at most this many events (complete + counter): ~165 bytes each, so ~33 MB,
+# which Perfetto opens in seconds. A step of interleaved 1F1B at pp=32, M=512 is 65,536
+# events (3 of its 6 steps are kept); uncapped, a long or deep run is a file no viewer opens.
+MAX_TRACE_EVENTS = 200_000
+
+
+def _trace_steps(count: Counter, max_events: int | None) -> tuple[list[int], int | None]:
+    """(the steps kept, oldest first; the step cut short, if any) from events per step:
+    whole steps from the last backwards while they fit in max_events; when the last step
+    alone does not fit, it is kept alone and cut short."""
+    steps = sorted(count)
+    if max_events is None:
+        return steps, None
+    kept, total = [], 0
+    for s in reversed(steps):
+        if total + count[s] > max_events:
+            break
+        kept.append(s)
+        total += count[s]
+    if steps and not kept:
+        return [steps[-1]], steps[-1]
+    return kept[::-1], None
+
+
+def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = (), pp: int = 0,
+                     max_events: int | None = MAX_TRACE_EVENTS) -> dict:
     """Chrome trace-event JSON: one process per dp replica, one track per rank in it, one
-    complete event per action, and a counter track per rank of activation bytes held
-    (memory: (rank, step, s, bytes)). Global rank = replica * pp + pipeline rank."""
-    ranks = sorted({e.rank for e in trace})
-    pp = pp or len(ranks)
-    events: list[dict] = []
-    for d in sorted({r // pp for r in ranks}):
-        events.append({"ph": "M", "name": "process_name", "pid": d, "args": {"name": f"pipeline (dp replica {d})"}})
-    for r in ranks:
-        events.append({"ph": "M", "name": "thread_name", "pid": r // pp, "tid": r,
-                       "args": {"name": f"rank {r} (pipeline rank {r % pp})"}})
-    for e in trace:
-        events.append({"ph": "X", "name": e.name, "cat": e.cat, "pid": e.rank // pp, "tid": e.rank,
-                       "ts": e.start * 1e6, "dur": e.dur * 1e6,  # microseconds
-                       "args": {"step": e.step, "kind": e.kind, "stage": e.stage, "microbatch": e.microbatch}})
-    for rank, _step, t, nbytes in memory:
-        events.append({"ph": "C", "name": f"activations rank {rank}", "pid": rank // pp, "tid": rank, "ts": t * 1e6,
-                       "args": {"MiB": nbytes / 2**20}})
-    write_json_atomic(path, {"traceEvents": events, "displayTimeUnit": "ms"})
+    complete event (ph X) per action, and a counter track (ph C) per rank of activation bytes
+    held (memory: (rank, step, s, bytes)). Global rank = replica * pp + pipeline rank.
+
+    Capped so that a viewer opens it: at most `max_events` X and C events together
+    (MAX_TRACE_EVENTS by default; None: no cap). Whole steps are kept from the last one
+    backwards while they fit, each with its memory samples; earlier steps are dropped. If the
+    last step alone is over the cap, it alone is written, cut to its first `max_events` events
+    in time order (`truncated_step`). Returns what was kept, also written in the file under
+    `otherData.trace_cap`: {"steps_kept": [...], "steps_dropped": n, "events_written": n,
+    "events_dropped": n, "max_events": cap, "truncated_step": step or None}."""
+    memory = list(memory)
+    ranks = sorted({e.rank for e in trace} | {m[0] for m in memory})
+    pp = pp or len(ranks) or 1
+    count = Counter(map(attrgetter("step"), trace))
+    count.update(m[1] for m in memory)
+    steps_kept, truncated = _trace_steps(count, max_events)
+    total = len(trace) + len(memory)
+    if len(steps_kept) < len(count) or truncated is not None:
+        keep = set(steps_kept)
+        trace = [e for e in trace if e.step in keep]
+        memory = [m for m in memory if m[1] in keep]
+        if truncated is not None:  # the step's first max_events events, X and C together, in time order
+            first = sorted([(e.start, 0, i) for i, e in enumerate(trace)]
+                           + [(m[2], 1, i) for i, m in enumerate(memory)])[:max(max_events, 0)]
+            trace = [trace[i] for i in sorted(i for _, k, i in first if k == 0)]
+            memory = [memory[i] for i in sorted(i for _, k, i in first if k == 1)]
+    written = len(trace) + len(memory)
+    cap = {"steps_kept": steps_kept, "steps_dropped": len(count) - len(steps_kept), "events_written": written,
+           "events_dropped": total - written, "max_events": max_events, "truncated_step": truncated}
+
+    # One event a line, formatted here rather than built as dicts for json.dumps: 2x faster.
+    # Strings escaped and quoted as json.dumps does; floats as repr, as json writes them (a
+    # chunk with a non-finite one is formatted again with those as null: NaN is not JSON).
+    q = json.encoder.encode_basestring_ascii
+    compact = {"separators": (",", ":")}
+    meta = [json.dumps({"ph": "M", "name": "process_name", "pid": d, "args": {"name": f"pipeline (dp replica {d})"}},
+                       **compact) for d in sorted({r // pp for r in ranks})]
+    meta += [json.dumps({"ph": "M", "name": "thread_name", "pid": r // pp, "tid": r,
+                         "args": {"name": f"rank {r} (pipeline rank {r % pp})"}}, **compact) for r in ranks]
+    x = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'  # ts, dur in microseconds
+         '"args":{"step":%d,"kind":%s,"stage":%d,"microbatch":%d}}')
+    c = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%s,"args":{"MiB":%s}}'
+
+    def xs(evs: Trace, f: Callable[[float], str]) -> list[str]:
+        return [x % (q(e.name), q(e.cat), e.rank // pp, e.rank, f(e.start * 1e6), f((e.end - e.start) * 1e6),
+                     e.step, q(e.kind), e.stage, e.microbatch) for e in evs]
+
+    def cs(samples: list, f: Callable[[float], str]) -> list[str]:
+        return [c % (rank, rank // pp, rank, f(t * 1e6), f(nbytes / 2**20)) for rank, _step, t, nbytes in samples]
+
+    n = 20_000  # events formatted and written at a time: no second copy of the whole file in memory
+    parts = [(xs, trace[i:i + n]) for i in range(0, len(trace), n)] + [
+        (cs, memory[i:i + n]) for i in range(0, len(memory), n)]
+    head = '{"displayTimeUnit":"ms","otherData":{"trace_cap":%s},"traceEvents":[\n' % json.dumps(cap, **compact)
+
+    def write(out: IO) -> None:
+        out.write(head)
+        out.write(",\n".join(meta))
+        sep = ",\n" if meta else ""
+        for fmt, items in parts:
+            text = ",\n".join(fmt(items, float.__repr__))
+            if ("nan" in text or "inf" in text) and _NON_FINITE.search(text):
+                text = ",\n".join(fmt(items, _num))
+            out.write(sep + text)
+            sep = ",\n"
+        out.write("\n]}\n")
+
+    write_atomic(path, write)
+    return cap
+
+
+_NON_FINITE = re.compile(r'[:,](?:-?inf|nan)[,}]')
+
+
+def _num(v: float) -> str:
+    """A JSON number: repr of a finite float (what json.dumps writes), null otherwise."""
+    return float.__repr__(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
 
 
 def read_trace(path: Path) -> Trace:
-    """trace.json (write_trace_json) back into events."""
+    """trace.json (write_trace_json) back into events; ValueError for anything but a regular
+    file (a FIFO would block the reader)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path.name}: not a regular file")
     return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
                   e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
             for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
-
-
-COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "#dd8452", "optim": "#555555",
-          "recv": "#dddddd", "dp_sync": "#c44e52"}
-
-
-def plot_gantt(path: Path, trace: Trace, step: int, stage_labels: dict[int, str], title: str) -> None:
-    """The measured timeline of one step, one row per rank (labelled with the layers it
-    holds: the stage boundaries); F and B told apart."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    ev = events_of_step(trace, step)
-    ranks = sorted({e.rank for e in ev})
-    t0 = min(e.start for e in ev)
-    width = max(6.0, min(16.0, 0.25 * sum(1 for e in ev if e.rank == ranks[0])))
-    fig, ax = plt.subplots(figsize=(width, 0.6 * len(ranks) + 1.4))
-    for e in ev:
-        if e.kind not in COLORS:
-            continue
-        y = e.rank
-        ax.barh(y, (e.end - e.start) * 1e3, left=(e.start - t0) * 1e3, height=0.8 if e.cat == COMPUTE else 0.3,
-                color=COLORS[e.kind], edgecolor="white" if e.cat == COMPUTE else "none", linewidth=0.5)
-        if e.cat == COMPUTE and e.microbatch >= 0 and (e.end - e.start) * 1e3 > 0:
-            ax.text((e.start - t0 + e.dur / 2) * 1e3, y, str(e.microbatch), ha="center", va="center",
-                    fontsize=6, color="white")
-    ax.set_yticks(ranks, [f"rank {r}\n{stage_labels.get(r, '')}" for r in ranks], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms since step start", labelpad=2)
-    ax.set_title(title, fontsize=9, loc="left")
-    labels = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weight)",
-              "R": "recompute", "recv": "waiting in recv", "dp_sync": "gradient all-reduce", "optim": "optimizer"}
-    present = {e.kind for e in ev}
-    fig.legend(handles=[Patch(color=COLORS[k], label=label) for k, label in labels.items() if k in present],
-               loc="lower center", ncol=7, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, project: str,

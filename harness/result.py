@@ -39,6 +39,9 @@ class Env:
     git_commit: str | None
     hostname: str
     cpu_count: int | None
+    cores: int | None = None  # cores this run could use (CPU affinity)
+    ranks_on_host: int | None = None  # worker processes that shared them
+    oversubscribed: bool | None = None  # compute=real with more busy ranks than cores (or GPUs): timings show contention
 
 
 @dataclass
@@ -52,6 +55,7 @@ class PlanRecord:
     p2p: str | None = None  # eager | safe; None in version-1 records
     schedule: dict[str, list[str]] | None = None  # pipeline rank -> its actions ("0F0", ...); None in version 1
     sim_cost: dict | None = None  # CostModel's fields with comm.*: what executor=sim and the gallery simulate
+    notes: list[str] = field(default_factory=list)  # how the plan was made, where the user should know
 
     def schedule_actions(self) -> dict[int, list[Action]]:
         if self.schedule is None:
@@ -74,13 +78,27 @@ class PlanRecord:
 
 
 @dataclass
+class Attribution:
+    """Why the measured bubble is what it is; the parts sum to `Bubble.measured`
+    (harness.metrics.attribution)."""
+    schedule: float  # theory: the schedule's own fill and drain on equal stages
+    imbalance: float  # the simulator on the measured per-stage costs, no communication, minus schedule
+    communication: float  # the same with the measured hop, minus the previous
+    overhead: float  # measured minus that simulation: the runtime, jitter, contention
+
+
+@dataclass
 class Bubble:
-    theory: float | None  # closed form for this schedule and (N, M, v); None where there is none
+    theory: float | None  # this schedule and (N, M, v) on equal stages in the run's costs; None: no theory
     simulated: float  # the simulator on this run's measured op costs and hop
     measured: float  # mean of measured_per_rank
     measured_per_rank: list[float]  # [pipeline rank] idle fraction of the step window, mean over replicas
     measured_per_step: list[float]  # [measured step] mean over ranks
     measured_per_global_rank: list[float]  # [global rank]
+    theory_source: str | None = None  # "closed form" | "simulated ideal (equal stages, free communication)"
+    theory_costs: dict[str, float] | None = None  # the costs theory was taken at: bwd_over_fwd, weight_grad_share
+    measured_step_iqr: list[float] | None = None  # [25th, 75th] percentile of measured_per_step
+    attribution: Attribution | None = None
 
 
 @dataclass
@@ -117,6 +135,8 @@ class Metrics:
     measured_imbalance: float | None
     mean_op_s: dict[str, list[float]]  # kind -> [stage] mean seconds
     grad_check: GradCheck | None = None
+    step_time_iqr_s: list[float] | None = None  # [25th, 75th] percentile of step_times_s
+    model_step_s: float | None = None  # the cost model's step (executor=sim's): what this run is held against
 
 
 @dataclass
@@ -132,6 +152,7 @@ class Result:
     wall_s: float | None = None
     error_detail: str | None = None  # more than a line: a schedule's grid
     wandb_dir: str | None = None
+    trace_json: dict | None = None  # what trace.json kept: steps and events written and dropped (a size cap)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict:
@@ -142,16 +163,32 @@ class Result:
         return _build(cls, upgrade(data), "result")
 
     def headline(self) -> str:
+        """One line: what ran, how its numbers were made, the bubble and why, speed."""
+        from harness.runtime.registry import EXECUTORS
+
         c, m = self.config, self.metrics
-        mode = c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}"
+        executor = EXECUTORS.get(c["executor"])
+        simulated = executor is not None and executor.simulated
+        mode = (f"simulated: executor={c['executor']}" if simulated else
+                c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}")
         what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
         if self.status != "ok" or m is None:
             return f"{what}: {self.status}: {self.error}"
         b = m.bubble
         theory = "n/a" if b.theory is None else f"{b.theory:.3f}"
-        return (f"{what}: bubble measured {b.measured:.3f} (theory {theory}, simulated {b.simulated:.3f}), "
-                f"step {m.step_time_s * 1e3:.1f} ms, {m.throughput_samples_s:.0f} samples/s"
+        if simulated:
+            bubble = f"bubble {b.measured:.3f} (theory {theory})"
+        else:
+            bubble = f"bubble measured {b.measured:.3f} (theory {theory}, simulated {b.simulated:.3f})"
+            if (a := b.attribution) is not None:
+                bubble += (f" = schedule {a.schedule:.3f} + imbalance {a.imbalance:.3f} + communication "
+                           f"{a.communication:.3f} + overhead {a.overhead:.3f}")
+        line = (f"{what}: {bubble}, step {m.step_time_s * 1e3:.1f} ms, {m.throughput_samples_s:.0f} samples/s"
                 + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s else ""))
+        if self.env is not None and self.env.oversubscribed:
+            line += (f" [oversubscribed: {self.env.ranks_on_host} busy ranks on {self.env.cores} cores, so these "
+                     "timings measure contention; compute=emulated shows the schedule]")
+        return line
 
 
 _RENAMED_V1 = {  # version 1 name -> version 2 name, per object
@@ -222,10 +259,36 @@ def _value(hint: Any, value: Any, where: str) -> Any:
     return value
 
 
-def read(path: Path) -> Result:
-    """A result.json as a Result; RecordError (one line) for anything unreadable."""
+def read(path: Path, max_bytes: int = 64 * 2**20) -> Result:
+    """A result.json as a Result; RecordError (one line) for anything unreadable. Only a regular
+    file is opened, and read only up to max_bytes: a FIFO, socket or device in its place (which
+    would block, or never end) or a directory is refused without opening it."""
+    import os
+    import stat
+
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+    def regular(mode: int) -> None:
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in kinds if test(mode)), f"mode {stat.filemode(mode)}")
+            raise RecordError(f"unreadable: not a regular file ({kind})")
+
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+        regular(os.stat(path).st_mode)
+        # O_NONBLOCK: if a FIFO took the file's place since the stat, opening it still returns at once
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            regular(st.st_mode)
+            if st.st_size > max_bytes:
+                raise RecordError(f"unreadable: {st.st_size} bytes, over the {max_bytes}-byte limit of a record")
+            raw = f.read(max_bytes + 1)
+        if len(raw) > max_bytes:  # grew since the fstat
+            raise RecordError(f"unreadable: over the {max_bytes}-byte limit of a record")
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # RecordError is a ValueError: pass it on as it is
+        if isinstance(e, RecordError):
+            raise
         raise RecordError(f"unreadable: {type(e).__name__}: {e}") from None
     return Result.from_json(data)

@@ -7,11 +7,12 @@ from harness.config import Config
 
 @pytest.fixture
 def config():
-    """A small, fast job: fp32 mlp, wandb off. Tests override what they study."""
+    """A small, fast job: fp32 mlp, real compute, wandb off. Tests override what they study."""
 
     def make(**overrides) -> Config:
         c = Config()
         c.wandb.mode = "disabled"
+        c.compute = "real"  # tests that study emulated costs say so
         c.model.layers, c.model.hidden = 8, 32
         c.steps, c.warmup_steps = 3, 1
         c.timeout_s = 120

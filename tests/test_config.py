@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
     ({"schedule.name": "dualpipev", "microbatches": 4}, "microbatches=4: dualpipev needs at least 2 * pp = 8"),
     ({"schedule.name": "zbv", "pp": 8, "model.layers": 8}, "pp=8: 16 stages, more than the model's 8 layers"),
     ({"schedule.name": "csv"}, "schedule.csv_path=None: schedule=csv needs an existing compute_only CSV"),
-    ({"model.name": "resnet"}, "model=resnet: unknown (allowed: mlp, gpt)"),
+    ({"model.name": "resnet"}, "model=resnet: unknown (allowed: mlp, gpt, hf, custom)"),
     ({"partition.name": "bogus"}, "partition=bogus: unknown (allowed: uniform, params, flops, profile, explicit)"),
     ({"cost.time_scale": 0.0}, "cost.time_scale=0.0: must be > 0"),
     ({"executor": "tpu"}, "executor=tpu: unknown"),
-    ({"compute": "fake"}, "compute=fake: unknown (allowed: real, emulated)"),
+    ({"compute": "fake"}, "compute=fake: unknown (allowed: auto, real, emulated)"),
     ({"device": "tpu"}, "device=tpu: unknown (allowed: cpu, cuda, auto)"),
     ({"device": "cuda"}, "device=cuda: no CUDA device here (use device=cpu or device=auto)"),
     ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
@@ -63,7 +63,7 @@ def test_group_choices_are_checked_before_hydra():
     assert check_groups(["schedule=gpipe,1f1b", "pp=2"]) is None
     assert check_groups(["schedule=gpipe,nope"]) == "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, " \
         "gpipe, interleaved_1f1b, zb_h1, zbv)"
-    assert check_groups(["model=gpt3"]) == "model=gpt3: unknown (allowed: gpt, gpt2_small, mlp)"
+    assert check_groups(["model=gpt3"]) == "model=gpt3: unknown (allowed: custom, gpt, gpt2_small, hf, mlp)"
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

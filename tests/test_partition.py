@@ -83,8 +83,6 @@ def test_emulated_h200_throughput_follows_the_partition(tmp_path, config):
     ({"partition.name": "profile"}, "partition=profile: needs profile="),
     ({"partition.name": "profile", "profile": "/nonexistent.json"}, "no such file"),
     ({"partition.name": "profile", "profile": H200}, "14 layers, the model has 8"),
-    ({"partition.name": "profile", "profile": H200, "model.name": "gpt", "model.layers": 12,
-      "model.hidden": 32, "model.heads": 2, "microbatch_size": 3}, "no timings at microbatch_size=3 (allowed: 1, 4, 8)"),
 ])
 def test_bad_partition_input_is_one_line(config, overrides, expected):
     with pytest.raises(ConfigError) as err:

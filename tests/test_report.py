@@ -22,7 +22,8 @@ from harness.report.throughput import dp_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "memory_per_rank", "throughput", "partition")
+FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "bubble_attribution", "memory_per_rank", "throughput",
+           "partition")
 
 
 @pytest.fixture(scope="module")

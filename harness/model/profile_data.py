@@ -25,8 +25,32 @@ class LayerCost:
     fwd_flops: float
 
 
-def load_profile(path: str | Path, microbatch_size: int, num_layers: int) -> list[LayerCost]:
-    """Per-layer costs at `microbatch_size`; ProfileError naming what is wrong."""
+def _at(by: dict, b: int) -> tuple[dict, bool]:
+    """Timings at microbatch size b: measured, else linear between the nearest measured sizes
+    (a layer's time is a fixed part plus a part per sample), else extrapolated from the two
+    nearest (or, with one size, in proportion to b). Returns them and whether extrapolated."""
+    sizes = sorted(int(k) for k in by)
+    if str(b) in by:
+        return by[str(b)], False
+    below, above = [s for s in sizes if s < b], [s for s in sizes if s > b]
+    if below and above:
+        lo, hi = below[-1], above[0]
+        extrapolated = False
+    elif len(sizes) >= 2:
+        lo, hi = (sizes[-2], sizes[-1]) if not above else (sizes[0], sizes[1])
+        extrapolated = True
+    else:
+        only = by[str(sizes[0])]
+        return {k: float(only.get(k, 0.0)) * b / sizes[0] for k in ("fwd_s", "bwd_s", "fwd_flops")}, True
+    t = (b - lo) / (hi - lo)
+    return {k: max(0.0, (1 - t) * float(by[str(lo)].get(k, 0.0)) + t * float(by[str(hi)].get(k, 0.0)))
+            for k in ("fwd_s", "bwd_s", "fwd_flops")}, extrapolated
+
+
+def load_profile(path: str | Path, microbatch_size: int, num_layers: int,
+                 notes: list[str] | None = None) -> list[LayerCost]:
+    """Per-layer costs at `microbatch_size`; ProfileError naming what is wrong. Sizes the
+    profile did not measure are interpolated, or extrapolated with a line in `notes`."""
     key = f"profile={path}"
     try:
         data = json.loads(Path(path).read_text())
@@ -41,18 +65,20 @@ def load_profile(path: str | Path, microbatch_size: int, num_layers: int) -> lis
     if len(layers) != num_layers:
         raise ProfileError(f"{key}: {len(layers)} layers, the model has {num_layers} "
                            "(set model.layers to match, or profile this model)")
-    out = []
+    out, extrapolated = [], False
     for i, layer in enumerate(layers):
         try:
             by = layer["by_microbatch"]
-            if str(microbatch_size) not in by:
-                raise ProfileError(f"{key}: no timings at microbatch_size={microbatch_size} "
-                                   f"(allowed: {', '.join(sorted(by, key=int))})")
-            t = by[str(microbatch_size)]
+            if not by:
+                raise ValueError("no microbatch sizes")
+            t, ext = _at(by, microbatch_size)
+            extrapolated |= ext
             out.append(LayerCost(layer["kind"], int(layer["params"]), float(t["fwd_s"]), float(t["bwd_s"]),
                                  float(t.get("fwd_flops", 0.0))))
         except (KeyError, TypeError, ValueError) as e:
-            if isinstance(e, ProfileError):
-                raise
             raise ProfileError(f"{key}: layer {i} is malformed ({type(e).__name__}: {e})") from None
+    if extrapolated and notes is not None:
+        sizes = ", ".join(sorted(layers[0]["by_microbatch"], key=int))
+        notes.append(f"{key}: microbatch_size={microbatch_size} is outside the measured sizes ({sizes}): "
+                     "its times are extrapolated linearly")
     return out

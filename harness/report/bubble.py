@@ -1,4 +1,4 @@
-"""Bubble figures: against M with each schedule's closed form, and measured against theory."""
+"""Bubble figures: against M with each schedule's theory, and measured against theory."""
 
 from __future__ import annotations
 
@@ -6,13 +6,33 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from harness.report.figures import Figure, log2_x, save, schedule_colors, theory_or_none
+from harness import theory
+from harness.report.figures import Figure, log2_x, save, schedule_colors
 from harness.report.runs import ok, run_ids, schedule_label, setting
+from harness.runtime.registry import EXECUTORS
 
 
 def _theory(r: dict) -> float | None:
-    c = r["config"]
-    return theory_or_none(c["schedule"]["name"], c["pp"], c["microbatches"], c.get("virtual_stages", 1))
+    return r["metrics"]["bubble"]["theory"]
+
+
+def _curve(c: dict, costs: dict | None, n: int, m: int) -> float | None:
+    """The schedule's theory at (n, m) in the costs a run recorded (B/F, W/B)."""
+    try:
+        return theory.bubble(c["schedule"]["name"], n, m, c.get("virtual_stages", 1), **(costs or {})).value
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _simulated_runs(runs: list[dict]) -> bool:
+    """Runs of a simulated executor: their 'measured' bubble is the simulator's."""
+    return all(getattr(EXECUTORS.get(r["config"]["executor"]), "simulated", False) for r in runs)
+
+
+def _spread(b: dict) -> list[list[float]]:
+    """Error bar of a run's bubble: the interquartile range over its measured steps."""
+    lo, hi = b.get("measured_step_iqr") or [min(b["measured_per_step"]), max(b["measured_per_step"])]
+    return [[max(0.0, b["measured"] - lo)], [max(0.0, hi - b["measured"])]]
 
 
 def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
@@ -25,10 +45,10 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     others = [r for r in runs if setting(r) != common]
     runs = [r for r in runs if setting(r) == common]
     fig_ = Figure("Bubble against microbatches",
-                  "Lines: each schedule's closed form (N-1)/(M+N-1) for GPipe and 1F1B, its own for the others. "
-                  "Filled markers: measured (mean idle fraction of the step window over ranks; bars span the "
-                  "measured steps). Hollow: the simulator fed with each run's own measured op costs and hop "
-                  "latency.", runs)
+                  "Lines: each schedule's theory in the runs' costs ((N-1)/(M+N-1) for GPipe and 1F1B, its own for "
+                  "the others). Filled markers: measured (mean idle fraction of the step window over ranks; bars: "
+                  "the interquartile range over measured steps; x: oversubscribed, CPU contention). Hollow: the "
+                  "simulator fed with each run's own measured op costs and hop latency.", runs)
     if not runs:
         fig_.missing.append("no run finished ok")
         return fig_
@@ -37,27 +57,33 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
                             "microbatch size than the rest (their own sections show them)")
     depths = sorted({r["config"]["pp"] for r in runs})
     colors = schedule_colors(runs)
+    sim = _simulated_runs(runs)
     fig, axes = plt.subplots(1, len(depths), figsize=(5.2 * len(depths), 4.2), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], depths):
         mine = [r for r in runs if r["config"]["pp"] == n]
         ms = sorted({r["config"]["microbatches"] for r in mine})
         for s in sorted({schedule_label(r["config"]) for r in mine}, key=list(colors).index):
-            c = next(r["config"] for r in mine if schedule_label(r["config"]) == s)
-            pts = [(m, theory_or_none(c["schedule"]["name"], n, m, c.get("virtual_stages", 1)))
-                   for m in range(ms[0], ms[-1] + 1)]
+            first = next(r for r in mine if schedule_label(r["config"]) == s)
+            costs = first["metrics"]["bubble"].get("theory_costs")
+            line_ms = range(ms[0], ms[-1] + 1) if ms[-1] - ms[0] <= 64 else sorted(
+                {round(ms[0] * (ms[-1] / ms[0]) ** (i / 64)) for i in range(65)})  # a theory may simulate
+            pts = [(m, _curve(first["config"], costs, n, m)) for m in line_ms]
             if pts := [(m, t) for m, t in pts if t is not None]:  # a single M: a tick, since a line needs two
                 ax.plot(*zip(*pts), color=colors[s], lw=1.2, alpha=0.8, marker="_" if len(pts) == 1 else "", ms=24)
             ax.plot([], [], "o", color=colors[s], label=s)
         for r in mine:
             b, m, color = r["metrics"]["bubble"], r["config"]["microbatches"], colors[schedule_label(r["config"])]
-            steps = b.get("measured_per_step") or [b["measured"]]
-            ax.errorbar(m, b["measured"], yerr=[[b["measured"] - min(steps)], [max(steps) - b["measured"]]],
-                        fmt="o", color=color, ms=5, capsize=2)
-            if b.get("simulated") is not None:
+            ax.errorbar(m, b["measured"], yerr=_spread(b), fmt="o", color=color, ms=5, capsize=2)
+            if (r.get("env") or {}).get("oversubscribed"):
+                ax.plot(m, b["measured"], "x", color="black", ms=9, mew=1.5)
+            if b.get("simulated") is not None and not sim:
                 ax.plot(m, b["simulated"], "o", mfc="none", color=color, ms=10, mew=1)
-        ax.plot([], [], "-", color="gray", label="theory (closed form)")
-        ax.plot([], [], "o", color="gray", label="measured")
-        ax.plot([], [], "o", mfc="none", color="gray", ms=10, label="simulated (measured op costs)")
+        ax.plot([], [], "-", color="gray", label="theory")
+        ax.plot([], [], "o", color="gray", label="simulated (executor=sim)" if sim else "measured")
+        if not sim:
+            ax.plot([], [], "o", mfc="none", color="gray", ms=10, label="simulated (measured op costs)")
+        if any((r.get("env") or {}).get("oversubscribed") for r in mine):
+            ax.plot([], [], "x", color="black", label="oversubscribed (contention)")
         log2_x(ax, ms)
         ax.set_xlabel("microbatches M")
         ax.set_title(f"N = {n}", fontsize=9)
@@ -75,14 +101,13 @@ def measured_vs_theory(runs: list[dict], out: Path) -> Figure:
     runs = ok(runs)
     drawn = [r for r in runs if _theory(r) is not None]
     fig_ = Figure("Bubble: measured against theory",
-                  "One filled point per run at (closed form, measured); hollow: (closed form, simulated). On the "
-                  "dashed identity line a run idles exactly as theory says. Above it: communication (theory -> "
-                  "simulated) and jitter (simulated -> measured).", drawn)
+                  "One filled point per run at (theory, measured); hollow: (theory, simulated). On the dashed "
+                  "identity line a run idles exactly as theory says. Above it: imbalance and communication (theory "
+                  "-> simulated) and overhead (simulated -> measured); the attribution figure splits them.", drawn)
     if no_theory := [r for r in runs if _theory(r) is None]:
-        fig_.missing.append(f"no closed form for runs {run_ids(no_theory)} (schedule=csv or outside its domain): "
-                            "not drawn")
+        fig_.missing.append(f"no theory for runs {run_ids(no_theory)}: not drawn")
     if not drawn:
-        fig_.missing.append("no run finished ok with a closed-form bubble")
+        fig_.missing.append("no run finished ok with a theory")
         return fig_
     colors = schedule_colors(drawn)
     markers = dict(zip(sorted({r["config"]["compute"] for r in drawn}), "os^Dv"))
@@ -99,7 +124,7 @@ def measured_vs_theory(runs: list[dict], out: Path) -> Figure:
     if len(markers) > 1:
         for mode, mk in markers.items():
             ax.plot([], [], mk, color="gray", label=f"compute={mode}")
-    ax.set(xlim=(0, top), ylim=(0, top), xlabel="bubble, closed form", ylabel="bubble, measured (hollow: simulated)")
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel="bubble, theory", ylabel="bubble, measured (hollow: simulated)")
     ax.set_aspect("equal")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

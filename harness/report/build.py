@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.report import partition
+from harness.report.attribution import bubble_attribution
 from harness.report.peer import peer_section
 from harness.report.bubble import bubble_vs_microbatches, measured_vs_theory
 from harness.report.doc import Block, Heading, Image, Items, Text, markdown
@@ -37,6 +38,16 @@ def safely(make: Callable[[list[dict], Path], Figure], runs: list[dict], out: Pa
         print(f"harness.report: warning: {make.__name__}: {type(e).__name__}: {e}", file=sys.stderr)
         return Figure(make.__name__.replace("_", " ").capitalize(), "", [],
                       missing=[f"failed: {type(e).__name__}: {e}"])
+
+
+def guarded(make: Callable[..., list[Block]], *args: object) -> list[Block]:
+    """A section (not a figure) that fails says so in its place and on stderr, like `safely`."""
+    try:
+        return make(*args)
+    except Exception as e:  # noqa: BLE001 - see safely
+        print(f"harness.report: warning: {make.__name__}: {type(e).__name__}: {e}", file=sys.stderr)
+        return [Heading(make.__name__.replace("_", " ").capitalize()),
+                Items([f"Not drawn: failed: {type(e).__name__}: {e}"])]
 
 
 def header(sweep: Sweep) -> list[Block]:
@@ -77,8 +88,8 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
     return blocks
 
 
-FIGURES = (bubble_vs_microbatches, measured_vs_theory, memory_per_rank, throughput, checkpointing_tradeoff,
-           dp_scaling)
+FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, memory_per_rank, throughput,
+           checkpointing_tradeoff, dp_scaling)
 
 
 def build_report(sweep: Sweep, out: Path) -> Path:
@@ -88,7 +99,8 @@ def build_report(sweep: Sweep, out: Path) -> Path:
     blocks = header(sweep) + [Heading("Runs"), *summary(sweep.runs)] + problems(sweep)
     for make in FIGURES:
         blocks += figure_section(safely(make, sweep.runs, out))
-    blocks += partition_section(sweep.runs, out) + peer_section(sweep.runs) + gallery_section(sweep, out)
+    blocks += guarded(partition_section, sweep.runs, out) + guarded(peer_section, sweep.runs) + guarded(
+        gallery_section, sweep, out)
     (out / "index.md").write_text(markdown(blocks))
     (out / "index.html").write_text(page(blocks, f"Sweep {sweep.name}", out))
     return out / "index.md"

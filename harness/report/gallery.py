@@ -7,7 +7,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.record import GANTT, TRACE, plot_gantt, read_trace
+from harness.gantt import plot_gantt
+from harness.record import GANTT, TRACE, read_trace
 from harness.report.figures import schedule_order
 from harness.report.runs import ok, schedule_label
 from harness.result import PlanRecord

@@ -11,15 +11,35 @@ from harness.report.figures import Figure, log2_x, save, say
 from harness.report.runs import dim, ok, run_ids, series, varying
 
 
-def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", **kw) -> None:
-    """Every run as a point, the line through the mean at each x (repeats of a point stay visible)."""
+def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
+    """Every run as a point (with `spread(r)` as its error bar), the line through the mean at
+    each x (repeats of a point stay visible)."""
     xs = sorted({dim(r, x) for r in runs})
     line = ax.plot(xs, [fmean(y(r) for r in runs if dim(r, x) == v) for v in xs], style, lw=1.2, label=label, **kw)
-    ax.plot([dim(r, x) for r in runs], [y(r) for r in runs], "o", ms=4, color=line[0].get_color())
+    color = line[0].get_color()
+    for r in runs:
+        err = spread(r) if spread else None
+        ax.errorbar(dim(r, x), y(r), yerr=err, fmt="o", ms=4, color=color, capsize=2 if err else 0)
 
 
 def _samples_s(r: dict) -> float:
     return r["metrics"]["throughput_samples_s"]
+
+
+def _samples_spread(r: dict) -> list[list[float]] | None:
+    """Throughput's error bar from the interquartile range of the run's step times."""
+    m = r["metrics"]
+    if not m.get("step_time_iqr_s"):
+        return None
+    q1, q3 = m["step_time_iqr_s"]
+    y, samples = _samples_s(r), _samples_s(r) * m["step_time_s"]
+    return [[max(0.0, y - samples / q3)], [max(0.0, samples / q1 - y)]]
+
+
+def _model_samples_s(r: dict) -> float:
+    """The throughput the cost model predicts for the run (modeled op costs and comm.*)."""
+    c = r["config"]
+    return c["microbatches"] * c["microbatch_size"] * c.get("dp", 1) / r["metrics"]["model_step_s"]
 
 
 def _only_varying(runs: list[dict], x: str) -> list[dict]:
@@ -40,7 +60,7 @@ def _against(ax, runs: list[dict], x: str, name: str) -> list[dict]:
         say(ax, f"no runs that differ in {name} alone")
         return []
     for lbl, mine in series(runs, x).items():
-        _line(ax, mine, x, _samples_s, lbl)
+        _line(ax, mine, x, _samples_s, lbl, spread=_samples_spread)
     log2_x(ax, sorted({dim(r, x) for r in runs}))
     ax.set(xlabel=name, ylabel="throughput (samples/s)")
     ax.set_ylim(bottom=0)
@@ -79,9 +99,11 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
     at an unchanged bubble."""
     runs = ok(runs)
     fig_ = Figure("Data-parallel scaling",
-                  "Throughput (left; dotted: linear scaling from the dp=1 run), measured bubble (middle) and the "
-                  "gradient sync (right: measured dp_sync_s solid, ring all-reduce model dashed) against the "
-                  "data-parallel replicas dp, at fixed pipeline depth and microbatch count.", runs)
+                  "Throughput (left; dotted: the cost model's prediction for each point, what ideal scaling means "
+                  "for this study: at a fixed global batch each replica's microbatches shrink, and so does their "
+                  "work, but not the fixed part of each op), measured bubble (middle) and the gradient sync (right: "
+                  "measured dp_sync_s solid, ring all-reduce model dashed) against the data-parallel replicas dp, "
+                  "at fixed pipeline depth and microbatch count.", runs)
     if not any(dim(r, "dp") > 1 for r in runs):
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
@@ -101,10 +123,11 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
     for (sched, pp, m, compute, *_), mine in scaling.items():
         gb = mine[0]["config"].get("global_batch")
         lbl = f"{sched} pp={pp} M={m} {compute}" + (f", global batch {gb}" if gb else "")
-        _line(left, mine, "dp", _samples_s, lbl)
-        if base := [_samples_s(r) for r in mine if dim(r, "dp") == 1]:
-            dps = sorted({dim(r, "dp") for r in mine})
-            left.plot(dps, [fmean(base) * d for d in dps], ":", color=left.lines[-1].get_color(), lw=1)
+        _line(left, mine, "dp", _samples_s, lbl, spread=_samples_spread)
+        if modeled := [r for r in mine if r["metrics"].get("model_step_s")]:
+            dps = sorted({dim(r, "dp") for r in modeled})
+            left.plot(dps, [fmean(_model_samples_s(r) for r in modeled if dim(r, "dp") == d) for d in dps], ":",
+                      color=left.lines[-1].get_color(), lw=1)
         _line(right, mine, "dp", lambda r: r["metrics"]["bubble"]["measured"], lbl)
         if synced := [r for r in mine if r["metrics"].get("dp_sync_s") is not None]:
             _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_s"] * 1e3, lbl)

@@ -72,7 +72,11 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None) -> lis
     """Runs the plan on plan.world forked ranks, each the rank loop around `runner`
     ("module:Class"); raises WorkerError on the first failure. Every rank is gone when it
     returns or raises; their pids are appended to `pids` so a caller can check."""
-    ctx = _context(plan.config.start_method, ["harness.runtime.loop", runner.partition(":")[0]])
+    from harness.model import get_model
+
+    # what every rank imports, imported once in the forkserver (a model may bring transformers)
+    preload = ["harness.runtime.loop", runner.partition(":")[0], *getattr(get_model(plan.config.model), "preload", ())]
+    ctx = _context(plan.config.start_method, preload)
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner), daemon=True)

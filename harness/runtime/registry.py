@@ -37,6 +37,12 @@ class Executor:
     check: Callable[["Config"], str | None] | None = None  # any further constraint, as one line
 
 
+def _peer_check(c: "Config") -> str | None:
+    from harness.runtime.peer_check import check  # imports torch.distributed.pipelining: only when asked
+
+    return check(c)
+
+
 def _run_sim(plan: "Plan", pids: list[int]) -> "Execution":
     from harness.runtime.sim import run_sim
 
@@ -55,7 +61,7 @@ register(Executor("native", "real worker processes, this harness's runner, P2P o
                   runner="harness.runtime.native:NativeRunner", dp=True, memory=True, transport=True,
                   faults=("raise", "kill", "hang", "noaccum"), private_torch=lambda c: c.dp > 1))
 register(Executor("pytorch", "the same plan through torch.distributed.pipelining's schedule classes",
-                  runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True))
+                  runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True, check=_peer_check))
 register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.*); no processes",
                   run=_run_sim, dp=True, faults=(), simulated=True))
 

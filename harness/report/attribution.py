@@ -1,0 +1,57 @@
+"""Why is my bubble bigger than theory? The measured bubble of each run split into its
+schedule's own fill and drain, stage imbalance, communication and runtime overhead
+(harness.metrics.attribution: each part the step from one model to the next)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from harness.report.figures import Figure, save
+from harness.report.runs import ok, run_id, run_ids, schedule_label
+
+PARTS = (("schedule", "schedule (theory, equal stages)", "#4c72b0"),
+         ("imbalance", "stage imbalance", "#dd8452"),
+         ("communication", "communication (measured hop)", "#55a868"),
+         ("overhead", "runtime overhead, jitter, contention", "#c44e52"))
+
+
+def _label(r: dict) -> str:
+    c = r["config"]
+    return f"{run_id(r)}: {schedule_label(c)} N{c['pp']} M{c['microbatches']}"
+
+
+def bubble_attribution(runs: list[dict], out: Path) -> Figure:
+    runs = ok(runs)
+    drawn = [r for r in runs if r["metrics"]["bubble"].get("attribution")]
+    fig_ = Figure("Why the bubble is bigger than theory",
+                  "Each run's measured bubble (black tick) as the sum of four parts: the schedule's own idle on "
+                  "equal stages (theory), what unequal measured stage costs add (the simulator on them, no "
+                  "communication), what the measured hop adds (the simulator with it), and the rest (the runtime, "
+                  "jitter; on oversubscribed runs, marked *, CPU contention). Read the largest part to know what to "
+                  "fix: more microbatches or another schedule, a better partition, fewer or larger messages, "
+                  "or fewer ranks per core.", drawn)
+    if skipped := [r for r in runs if r not in drawn]:
+        fig_.missing.append(f"runs {run_ids(skipped)}: no attribution (executor=sim, or no theory)")
+    if not drawn:
+        return fig_
+    drawn.sort(key=lambda r: (schedule_label(r["config"]), r["config"]["pp"], r["config"]["microbatches"],
+                              run_id(r)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(drawn) + 2), 4.4))
+    xs = range(len(drawn))
+    bottom = [0.0] * len(drawn)
+    for key, label, color in PARTS:
+        values = [max(0.0, r["metrics"]["bubble"]["attribution"][key]) for r in drawn]
+        ax.bar(xs, values, 0.7, bottom=bottom, color=color, label=label)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.plot(xs, [r["metrics"]["bubble"]["measured"] for r in drawn], "_", color="black", ms=14, mew=2,
+            label="measured")
+    ax.set_xticks(list(xs), [_label(r) + (" *" if (r.get("env") or {}).get("oversubscribed") else "")
+                             for r in drawn], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("bubble fraction")
+    ax.set_ylim(0, max(1e-9, max(bottom + [r["metrics"]["bubble"]["measured"] for r in drawn])) * 1.1)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig_.path = save(fig, out / "bubble_attribution.png", fig_.title, drawn)
+    return fig_
