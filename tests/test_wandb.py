@@ -1,20 +1,28 @@
 """wandb: a sweep with wandb.mode=offline writes one run per job, read back from the binary
-log wandb writes (<job dir>/wandb/offline-run-*/run-*.wandb)."""
+log wandb writes (<job dir>/wandb/offline-run-*/run-*.wandb), with everything it stages inside
+the job directory; and wandb never changes a job's status or a sweep's exit code: online
+without an API key, or with the host unreachable or hanging, a job is ok within seconds, logged
+offline instead, with one warning line. No test reaches the network."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import struct
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
-pytestmark = pytest.mark.sweep
+from harness import wandb_log
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK, HEADER = 32768, 7  # wandb's LevelDB-style log: 32 KiB blocks, 7-byte record headers
 FULL, LAST = 1, 4
@@ -49,7 +57,7 @@ def key(item) -> str:
 
 def flat_keys(d: dict, prefix: str = "") -> set[str]:
     """result.json's metric names joined by "/", and "<key>/max" for lists of numbers but losses:
-    the documented naming (record.log_wandb)."""
+    the documented naming (wandb_log.log_wandb)."""
     out: set[str] = set()
     for k, v in d.items():
         if isinstance(v, dict):
@@ -61,6 +69,7 @@ def flat_keys(d: dict, prefix: str = "") -> set[str]:
     return out
 
 
+@pytest.mark.sweep
 def test_offline_sweep_writes_one_run_per_job_with_the_result_names(tmp_path):
     sweep = tmp_path / "wbsweep"
     p = subprocess.run([sys.executable, "-m", "harness", "-m", "pp=2", "microbatches=2,4", "compute=emulated",
@@ -106,3 +115,197 @@ def test_offline_sweep_writes_one_run_per_job_with_the_result_names(tmp_path):
         assert t["columns"] == ["rank", "layers", "bubble_measured", "peak_activation_bytes", "mean_fwd_s",
                                 "mean_bwd_s"]
         assert [row[0] for row in t["data"]] == [0, 1] and all(row[4] > 0 and row[5] > 0 for row in t["data"])
+
+
+# One job (executor=sim: no workers) in a fresh interpreter with a fake HOME and no WANDB_*
+# variables but the test's: wandb keeps process-wide state (settings, credentials, its service).
+# Prints the Result and the seconds spent in log_wandb.
+DRIVER = """
+import json, sys, time
+from pathlib import Path
+import harness.wandb_log as wl
+
+inner, spent = wl.log_wandb, []
+
+def timed(*args, **kwargs):
+    start = time.monotonic()
+    try:
+        return inner(*args, **kwargs)
+    finally:
+        spent.append(time.monotonic() - start)
+
+wl.log_wandb = timed  # before harness.job imports it
+from harness.config import Config
+from harness.job import run_job
+
+c = Config()
+c.executor, c.pp, c.microbatches, c.wandb.mode = "sim", 2, 2, sys.argv[2]
+r = run_job(c, Path(sys.argv[1]), "wbgroup", "job")
+print(json.dumps({"status": r.status, "error": r.error, "wandb_dir": r.wandb_dir, "wandb_s": spent}))
+"""
+
+
+def clean_env(home: Path, **wandb: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
+    return {**env, "HOME": str(home), "PYTHONPATH": str(ROOT), **wandb}
+
+
+def run_one(tmp_path: Path, mode: str, **wandb: str) -> tuple[dict, list[str], Path, Path]:
+    """(what the driver printed, the stderr lines that are harness warnings, job dir, fake HOME)."""
+    home, job = tmp_path / "home", tmp_path / "job"
+    home.mkdir()
+    p = subprocess.run([sys.executable, "-c", DRIVER, str(job), mode], cwd=tmp_path, env=clean_env(home, **wandb),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["status"] == "ok", out["error"]
+    assert json.loads((job / "result.json").read_text())["status"] == "ok"
+    return out, [line for line in p.stderr.splitlines() if line.startswith("harness: warning")], job, home
+
+
+def nothing_outside(home: Path) -> None:
+    """wandb wrote nothing under the user's home (~/.local/share/wandb, ~/.cache/wandb, ...)
+    nor in the working directory (home's parent: ./wandb, ./artifacts)."""
+    assert [p for p in home.rglob("*") if "wandb" in p.name] == []
+    assert not (home.parent / "wandb").exists() and not (home.parent / "artifacts").exists()
+
+
+def assert_fell_back_offline(out: dict, warnings: list[str], job: Path, why: str) -> None:
+    assert len(out["wandb_s"]) == 1 and out["wandb_s"][0] < 10, out  # fail fast: not wandb's 90 s
+    (warning,) = warnings
+    assert re.fullmatch(rf"harness: warning: wandb: {why}.*; logged offline to wandb/offline-run-\S+ instead "
+                        rf"\(`wandb sync` it later\); records are in {re.escape(str(job))}", warning), warning
+    (run_dir,) = (job / "wandb").glob("offline-run-*")
+    assert out["wandb_dir"] == str(run_dir)
+    assert json.loads((job / "result.json").read_text())["wandb_dir"] == str(run_dir)
+
+
+def staged(run_dir: Path) -> list[str]:
+    """The local files the run's artifacts point at (what `wandb sync` uploads)."""
+    recs = records(next(run_dir.glob("run-*.wandb")))
+    return [c.local_path for r in recs if r.HasField("artifact") for c in r.artifact.manifest.contents]
+
+
+@pytest.mark.sweep
+def test_online_without_an_api_key_is_ok_logged_offline_with_one_warning(tmp_path):
+    out, warnings, job, home = run_one(tmp_path, "online")
+    assert_fell_back_offline(out, warnings, job, r"no API key for \S+ \(`wandb login`, or WANDB_API_KEY\)")
+    nothing_outside(home)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the with ends: nothing listens there
+
+
+@pytest.mark.sweep
+def test_online_with_a_key_and_an_unreachable_host_is_ok_within_seconds(tmp_path):
+    url = f"http://127.0.0.1:{closed_port()}"
+    out, warnings, job, home = run_one(tmp_path, "online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL=url)
+    assert_fell_back_offline(out, warnings, job, rf"cannot reach {re.escape(url)} \(ConnectionRefusedError")
+    nothing_outside(home)
+
+
+@pytest.mark.sweep
+def test_online_with_a_host_that_never_answers_gives_up_after_the_init_timeout(tmp_path):
+    server = socket.create_server(("127.0.0.1", 0))  # accepts connections, answers nothing
+    held: list[socket.socket] = []
+
+    def hold() -> None:
+        try:
+            while True:
+                held.append(server.accept()[0])
+        except OSError:  # closed
+            pass
+
+    threading.Thread(target=hold, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        start = time.monotonic()
+        out, warnings, job, home = run_one(tmp_path, "online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL=url,
+                                           WANDB_INIT_TIMEOUT="2")
+        assert time.monotonic() - start < 60  # the process's exit too (wandb's telemetry off)
+    finally:
+        server.close()
+        for c in held:
+            c.close()
+    assert_fell_back_offline(out, warnings, job, r"online wandb.init failed \(CommError")
+    nothing_outside(home)
+
+
+@pytest.mark.sweep
+def test_offline_run_stages_its_artifacts_inside_the_job_dir(tmp_path):
+    out, warnings, job, home = run_one(tmp_path, "offline")
+    assert warnings == []
+    run_dir = Path(out["wandb_dir"])
+    assert run_dir.parent == job / "wandb" and run_dir.name.startswith("offline-run-")
+    files = staged(run_dir)
+    assert len(files) >= 2  # trace.json and the stages table
+    for f in files:  # `wandb sync` of the job directory finds them, wherever HOME is
+        assert Path(f).is_relative_to(job / "wandb" / "data") and Path(f).is_file(), f
+    assert any(Path(f).read_bytes() == (job / "trace.json").read_bytes() for f in files)
+    nothing_outside(home)
+
+
+@pytest.mark.sweep
+def test_online_sweep_without_an_api_key_exits_0_with_its_summary(tmp_path):
+    sweep, home = tmp_path / "wbsweep", tmp_path / "home"
+    home.mkdir()
+    p = subprocess.run([sys.executable, "-m", "harness", "-m", "executor=sim", "pp=2", "microbatches=2,4",
+                        "wandb.mode=online", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=clean_env(home),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and "2 ok" in p.stdout, (p.stdout[-2000:], p.stderr[-2000:])
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("harness: warning")]
+    assert len(warnings) == 2 and all("harness: warning: wandb: no API key" in w for w in warnings), p.stderr
+    nothing_outside(home)
+
+
+def test_reach_problem_is_bounded_when_the_host_never_answers(monkeypatch):
+    calls = []
+
+    def blackhole(address, timeout=None):
+        calls.append(address)
+        time.sleep(2)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(wandb_log, "_unreachable", {})
+    monkeypatch.setattr(wandb_log.socket, "create_connection", blackhole)
+    for env in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(env, raising=False)
+    start = time.monotonic()
+    why = wandb_log.reach_problem("https://wandb.example:8443", timeout=0.3)
+    assert time.monotonic() - start < 1.5
+    assert why == "cannot reach https://wandb.example:8443 (no answer within 0.3 s)"
+    assert wandb_log.reach_problem("https://wandb.example:8443", timeout=0.3) == why  # remembered: no wait
+    assert calls == [("wandb.example", 8443)]
+
+
+def test_reach_problem_connects_through_the_proxy(monkeypatch):
+    seen = []
+    monkeypatch.setattr(wandb_log, "_unreachable", {})
+    monkeypatch.setattr(wandb_log.socket, "create_connection", lambda address, timeout=None: seen.append(address)
+                        or socket.socket())
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert wandb_log.reach_problem("https://api.wandb.ai", timeout=1) is None
+    assert seen == [("proxy.example", 3128)]
+
+
+def test_log_wandb_never_raises_and_restores_the_environment(monkeypatch, tmp_path, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full\nsecond line")
+
+    monkeypatch.setattr(wandb_log, "_write_run", broken)
+    for k in wandb_log.WANDB_DIRS:
+        monkeypatch.delenv(k, raising=False)
+    assert wandb_log.log_wandb({}, tmp_path, "g", "n", "offline", "p", None) is None
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"harness: warning: wandb: the offline run could not be written (RuntimeError: disk full "
+                   f"second line); records are in {tmp_path}"]
+    assert not any(k in os.environ for k in wandb_log.WANDB_DIRS)
+    assert wandb_log.log_wandb({}, tmp_path, "g", "n", "disabled", "p", None) is None
+    assert capsys.readouterr().err == ""
