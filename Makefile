@@ -8,12 +8,16 @@ VENV ?= .venv
 PY ?= $(VENV)/bin/python
 SWEEP ?=
 REPORTS ?= reports
-# The default study: GPipe vs 1F1B x pp 2,4 x M 2..16, emulated compute (conf/experiment/study.yaml),
+# make dashboard: the W&B project (wandb.project) and entity (empty: your default one)
+PROJECT ?= harness
+ENTITY ?=
+DASHBOARD_ARGS ?=
+# The default study: GPipe vs 1F1B x pp 2,4 x M 2..16, emulated compute (harness/conf/experiment/study.yaml),
 # then microbatch size x checkpointing (real compute), dp 1,2,4 and two partitioners, all in one sweep dir.
 SWEEP_ARGS ?= experiment=study
 SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
 # job directories of the later parts get a prefix (ckpt0_..., dp1_...): ids stay unique in the report
-SUBDIR = 'hydra.sweep.subdir=$(1)$${hydra.job.num}_$${hydra.job.override_dirname}'
+SUBDIR = 'hydra.sweep.subdir=$(1)$${hydra.job.num}_$${harness.dirname:$${hydra.job.override_dirname}}'
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +26,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: help venv sweep report profile test test-fast bench gpu-check gpu-wheels clean
+.PHONY: help venv sweep report profile test test-fast bench gpu-check gpu-wheels clean dashboard
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
@@ -63,6 +67,9 @@ gpu-wheels: ## Wheels gpu-check needs on a machine without hydra-core/omegaconf 
 		hydra-core==1.3.8 omegaconf==2.3.1 PyYAML==6.0.4
 	$(PYTHON) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3  # pure Python, sdist only
 
-clean: ## Remove runs/ and caches (keeps .venv and reports/)
-	rm -rf runs .pytest_cache .benchmarks
-	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+dashboard: venv ## The README's W&B panels as code for PROJECT (dry run; DASHBOARD_ARGS=--save sends them)
+	$(PY) -m harness.dashboard --project $(PROJECT) $(if $(ENTITY),--entity $(ENTITY)) $(DASHBOARD_ARGS)
+
+clean: ## Remove what runs and tests made: runs/ (wandb's files too), ./wandb, caches (keeps .venv and reports/)
+	rm -rf runs wandb .pytest_cache .benchmarks
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

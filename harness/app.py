@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import hydra
@@ -14,7 +15,9 @@ from omegaconf import DictConfig
 
 from harness.config import ConfigError, register, to_config
 from harness.job import run_job
-from harness.record import RESULT
+from harness.locks import Busy, DirLock
+from harness.plan import make_plan
+from harness.record import GANTT, RESULT, TRACE
 from harness.result import RecordError, read
 from harness.runtime.launch import torchrun_rank
 
@@ -33,14 +36,42 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def already_ok(out: Path) -> bool:
+def resume_skips(out: Path, cfg: DictConfig) -> str | None:
+    """resume=true: why this job need not run again (its record is ok and complete, and was
+    made from the config asked for now), or None to run it."""
     try:
-        return read(out / RESULT).status == "ok"
+        stored = read(out / RESULT)
     except RecordError:
-        return False  # missing, corrupt or partial: run it again
+        return None  # missing, corrupt or partial: run it again
+    if stored.status != "ok" or not all((out / f).is_file() for f in (TRACE, GANTT)):
+        return None
+    try:
+        asked = asdict(make_plan(to_config(cfg), _cuda_devices()).config)
+    except ConfigError:
+        return None  # the run records why
+    if diff := config_diff(stored.config, asked):
+        print(f"harness: {out.name}: the earlier record was made from another config ({diff}); running it again",
+              flush=True)
+        return None
+    return "ok in an earlier run"
 
 
-@hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
+def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
+    """`key: old -> new` for every setting that changes what runs (run control excluded)."""
+    out = []
+    for key in sorted(set(stored) | set(asked)):
+        if prefix == "" and key in ("resume", "debug", "wandb", "timeout_s", "skip_invalid", "fault"):
+            continue
+        old, new = stored.get(key), asked.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            if sub := config_diff(old, new, f"{prefix}{key}."):
+                out.append(sub)
+        elif old != new:
+            out.append(f"{prefix}{key}: {old} -> {new}")
+    return ", ".join(out)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     hc = HydraConfig.get()
@@ -49,11 +80,15 @@ def main(cfg: DictConfig) -> None:
     group = Path(hc.sweep.dir).name if sweep else "single"
     name = hc.job.override_dirname or "default"
     rank = (torchrun_rank() or (0, 0))[0]
-    if cfg.resume and already_ok(out):
-        print(f"harness: {name}: ok in an earlier run, skipped (resume=true)", flush=True)
+    if cfg.resume and (why := resume_skips(out, cfg)):
+        print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
         return
     try:
-        result = run_job(to_config(cfg), out, group, name, _cuda_devices())
+        with DirLock(out):
+            result = run_job(to_config(cfg), out, group, name, _cuda_devices())
+    except Busy as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        sys.exit(2)
     except ConfigError as e:
         if rank == 0:
             print(f"harness: error: {e}", file=sys.stderr)

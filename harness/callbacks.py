@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.report.load import scan
 from harness.result import RecordError, read
+from harness.sweeper import State
 
 
 def sweep_size(config: DictConfig) -> int | None:
@@ -42,11 +43,14 @@ class Progress(Callback):
         self.done = 0
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        State.reset()
         self.total, self.started, self.done = sweep_size(config), time.monotonic(), 0
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.started:  # a single run
             return
+        if State.total is not None:  # harness's sweeper knows what it launches (skipped points left out)
+            self.total = State.total
         elapsed = time.monotonic() - self.started
         of = f"/{self.total}" if self.total else ""
         left = ""
@@ -78,6 +82,8 @@ class SweepSummary(Callback):
         for d, _why in found.unreadable:
             status.setdefault("unreadable", []).append(os.path.relpath(d, sweep_dir))
         counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(status.items()))
+        if State.skipped:
+            counts += f"{', ' if counts else ''}{len(State.skipped)} skipped (cannot run; skip_invalid=true)"
         print(f"harness: sweep {sweep_dir}: {counts}", flush=True)
         bad = [j for k, v in status.items() if k != "ok" for j in v]
         if bad:

@@ -1,88 +1,30 @@
-"""`python -m harness`: checks config-group choices (schedule=, model=, ...) up front so an
-unknown one is a single line, then hands over to Hydra."""
+"""`python -m harness` (and the `harness` console script): Hydra, with every error it or the
+schema raises said in one line, `harness: error: <key>=<value>: <what is allowed>`, exit 2.
+
+Hydra composes and checks the config against the typed schema (harness/config.py, struct
+mode: an unknown key or a value of the wrong type is refused); a sweep's points are each
+planned before the first job runs (harness/sweeper.py). This module only turns what they
+raise into one line: `debug=true` or HYDRA_FULL_ERROR=1 shows the full error instead.
+Tab completion (`-sc install=bash`), `--config-dir` presets, interpolations (`microbatches=${pp}`)
+and quoted values are Hydra's own.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
+import contextlib
+import io
 import os
 import re
 import sys
-import typing
-from typing import Any
-from importlib import resources
+from typing import NoReturn
 
-GROUPS = ("schedule", "model", "partition", "experiment", "scenario")
-_OVERRIDE = re.compile(r"^\+?(?P<group>[a-z_]+)=(?P<value>[^()\[\]{}]*)$")
-
-
-def group_options(group: str) -> list[str]:
-    folder = resources.files("conf") / group
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def check_groups(argv: list[str]) -> str | None:
-    """The first unknown group choice in `argv`, as one line, or None."""
-    for arg in argv:
-        m = _OVERRIDE.match(arg)
-        if not m or m["group"] not in GROUPS:
-            continue
-        options = group_options(m["group"])
-        for value in m["value"].split(","):
-            if value.strip() not in options:
-                return f"{m['group']}={value.strip()}: unknown (allowed: {', '.join(options)})"
-    return None
-
-
-def _fields(cls: type, prefix: str = "") -> dict[str, Any]:
-    """Every key of the typed schema, dotted, with its type."""
-    out: dict[str, Any] = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        if dataclasses.is_dataclass(hint):
-            out |= _fields(hint, f"{prefix}{name}.")
-        else:
-            out[prefix + name] = hint
-    return out
-
-
-def _type_problem(hint: Any, value: str) -> str | None:
-    """What is wrong with `value` for a field of type `hint`, or None."""
-    args = typing.get_args(hint)
-    if value == "null" and type(None) in args:
-        return None
-    base = next((a for a in args if a is not type(None)), hint) if args else hint
-    if base is bool and value.lower() not in ("true", "false"):
-        return "must be true or false"
-    if base is int and not re.fullmatch(r"[+-]?\d+", value):
-        return "must be an integer"
-    if base is float:
-        try:
-            float(value)
-        except ValueError:
-            return "must be a number"
-    return None
-
-
-def check_values(argv: list[str]) -> str | None:
-    """The first override naming an unknown key or a value of the wrong type, as one line
-    (Hydra would say it in several, with a hint about HYDRA_FULL_ERROR), or None."""
-    from harness.config import Config
-
-    fields = _fields(Config)
-    for arg in argv:
-        key, eq, value = arg.partition("=")
-        if not eq or arg.startswith(("-", "+", "~")) or key.startswith("hydra") or "/" in key or key in GROUPS:
-            continue
-        if key not in fields:
-            near = difflib.get_close_matches(key, list(fields), n=1)
-            return f"{key}={value}: unknown key" + (f" (did you mean {near[0]}?)" if near else
-                                                   " (every key is listed in harness/config.py)")
-        if value.startswith("[") or "(" in value:  # lists and sweep functions: Hydra checks those
-            continue
-        for v in value.split(","):
-            if problem := _type_problem(fields[key], v.strip()):
-                return f"{key}={v.strip()}: {problem}"
-    return None
+# flags of Hydra's command line whose next argument is their value, not an override
+_FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--shell-completion",
+                     "-sc", "--experimental-rerun", "--info", "-i", "--package", "-p", "--cfg", "-c"}
+_FAULT_PART = re.compile(r"[a-z]+@rank\d+")
+_STEP_PART = re.compile(r"step\d+")
+_TRUE = re.compile(r"^\+{0,2}debug=(true|True|TRUE|yes|1)$")
+FULL_ERRORS = False  # this run shows whole errors (debug=true or HYDRA_FULL_ERROR=1): read by harness/sweeper.py
 
 
 def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str], str | None]:
@@ -99,17 +41,199 @@ def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str],
                    "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"], None
 
 
+def quote_fault(arg: str) -> str:
+    """`fault=raise@rank1,step2`, as the README writes it, is one value, not a sweep over
+    `raise@rank1` and `step2` nor Hydra's "ambiguous value": its halves are quoted together
+    (also within a sweep: `fault=raise@rank1,step0,kill@rank0,step0,null`)."""
+    key, eq, value = arg.partition("=")
+    if not eq or key.lstrip("+") != "fault" or value[:1] in ("'", '"', "[", "{") or "(" in value:
+        return arg
+    parts, out, i = value.split(","), [], 0
+    while i < len(parts):
+        if _FAULT_PART.fullmatch(parts[i]) and i + 1 < len(parts) and _STEP_PART.fullmatch(parts[i + 1]):
+            out.append(f"'{parts[i]},{parts[i + 1]}'")
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return f"{key}={','.join(out)}"
+
+
+def overrides_of(argv: list[str]) -> list[str]:
+    """The key=value overrides on a command line (flags and their values left out)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _FLAGS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            out.append(arg)
+    return out
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~").split("@")[0]
+
+
+def _written(key: str, overrides: list[str]) -> str | None:
+    """The override (as the user wrote it) that sets `key`; the last one wins, as in Hydra."""
+    found = [o for o in overrides if _key(o) == key]
+    return found[-1] if found else None
+
+
+def _lines(text: object) -> list[str]:
+    return [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+
+
+def hydra_problem(e: BaseException, overrides: list[str]) -> str:
+    """One line for anything composing or checking a config raised: `<key>=<value>: <what is
+    allowed>` where the key is known, else the error's first line."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.config import ConfigError, omegaconf_problem
+
+    if isinstance(e, ConfigError):
+        return str(e)
+    if isinstance(e, MissingConfigException):
+        missing = str(getattr(e, "missing_cfg_file", "") or "")
+        group, _, choice = missing.rpartition("/")
+        options = list(getattr(e, "options", None) or [])
+        shown = _written(group, overrides) or (f"{group}={choice}" if group else missing)
+        if options:
+            return f"{shown}: unknown (allowed: {', '.join(options)})"
+        first = _lines(e)[0] if _lines(e) else "missing config"
+        return f"{shown}: {first}" if group else first
+    if isinstance(e, OverrideParseException):
+        why = _lines(e)[0] if _lines(e) else "cannot parse"
+        return (f"{e.override}: not an override Hydra can parse ({why}; quote values with spaces or "
+                "commas: key='a,b'; grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)")
+    cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
+    if isinstance(e, OmegaConfBaseException):
+        cause = e
+    if cause is not None:
+        key = str(getattr(cause, "full_key", "") or "")
+        if m := re.match(r"Interpolation key '(.+?)' not found", str(cause)):
+            shown = next((o for o in overrides if "${" + m.group(1) in o), None)
+            if shown:
+                return f"{shown}: no key {m.group(1)} to interpolate (allowed: any key of the config, e.g. ${{pp}})"
+        if key.startswith("hydra.") and "not in" in str(cause):
+            return f"{_written(key, overrides) or key}: unknown Hydra key (python -m harness --cfg hydra lists them)"
+        return omegaconf_problem(cause, _written(key, overrides))
+    text = _lines(e)
+    first = text[0] if text else type(e).__name__
+    if "Unknown plugin class" in first and "harness_sweeper" in first:  # an install from before the sweeper existed
+        return (f"{first}: harness's sweeper is not installed here (run `make venv`, or pip install -e . in the "
+                "harness checkout; hydra/sweeper=basic runs without it)")
+    if isinstance(e, ConfigCompositionException):
+        if m := re.match(r"Ambiguous value for argument '(.+)'", first):
+            k, _, v = m.group(1).partition("=")
+            return (f"{m.group(1)}: several values need -m to sweep them (one list: {k}=[{v}]; one string: "
+                    f"{k}='{v}')")
+        if m := re.match(r"Could not append to config\. An item is already at '(.+)'", first):
+            shown = _written(m.group(1), overrides) or m.group(1)
+            return f"{shown}: {m.group(1)} is already set: drop the + to change it"
+        return "; ".join(text[:2])
+    if isinstance(e, OSError) and e.filename:
+        for o in overrides:
+            k, _, v = o.partition("=")
+            if k in ("hydra.run.dir", "hydra.sweep.dir") and str(e.filename).startswith(v.rstrip("/")):
+                return f"{o}: cannot create {e.filename} ({e.strerror}); choose a directory you can write"
+        return f"{e.filename}: {e.strerror or first}"
+    return f"{type(e).__name__}: {first}" if not isinstance(e, ConfigCompositionException) else first
+
+
+class _QuietJobErrors:
+    """sys.stderr without the line Hydra writes before re-raising a failed job's exception
+    ("Error executing job with overrides: [...]"): the error is said once, in one line."""
+
+    def __init__(self, stream: object) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith("Error executing job with overrides:"):
+            return len(text)
+        return self.stream.write(text)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+
+_PYTHON_M = re.compile(r"^\s*\S*python[\d.]*\s+-m\s+harness(?=\s|$)")
+_PY_BRANCH = """        file_path=$(pwd)/${words[1]}
+        if [ ! -f "$file_path" ]; then
+            return
+        fi
+        grep "@hydra.main" $file_path -q
+        helper="${words[0]} ${words[1]}"
+"""
+
+
+def completion_script(script: str) -> str:
+    """Hydra's bash completion completes `python file.py` and `app`; this also completes
+    `python -m harness` (the helper it calls is then `python -m harness -sc query=bash`)."""
+    if _PY_BRANCH not in script:
+        return script
+    return script.replace(_PY_BRANCH, """        if [ "${words[1]}" == "-m" ] && [ "${words[2]}" == "harness" ]; then
+            helper="${words[0]} -m harness"
+        else
+""" + _PY_BRANCH.replace("\n        ", "\n            ").replace("        file_path", "            file_path", 1) +
+        "        fi\n")
+
+
+def _shell_completion(argv: list[str]) -> bool:
+    """`-sc ...`: the line being completed as `harness ...` (Hydra strips `python file.py` or an
+    app's name, not `python -m harness`); True when the install script is asked for under -m."""
+    if "-sc" not in argv and "--shell-completion" not in argv:
+        return False
+    if "COMP_LINE" in os.environ:
+        os.environ["COMP_LINE"] = _PYTHON_M.sub("harness", os.environ["COMP_LINE"])
+    return any(a.startswith("install=") for a in argv) and os.path.basename(sys.argv[0]) == "__main__.py"
+
+
+def fail(message: str) -> NoReturn:
+    print(f"harness: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
 def main() -> None:
     argv, problem = torchrun_overrides(sys.argv[1:], dict(os.environ))
-    problem = problem or check_groups(argv) or check_values(argv)
     if problem:
-        print(f"harness: error: {problem}", file=sys.stderr)
-        sys.exit(2)
+        fail(problem)
+    argv = [quote_fault(a) for a in argv]
+    global FULL_ERRORS
+    full = FULL_ERRORS = os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0") or any(_TRUE.match(a) for a in argv)
     sys.argv[1:] = argv
+    from hydra.core.global_hydra import GlobalHydra
+
     from harness.app import main as hydra_main
 
+    GlobalHydra.instance().clear()  # a second main() in one process (tests) starts afresh, as Hydra expects
+    saved = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line, or all of it
+    stderr = sys.stderr
+    if not full:
+        sys.stderr = _QuietJobErrors(stderr)  # type: ignore[assignment]
     try:
-        hydra_main()
+        if _shell_completion(argv):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                hydra_main()
+            print(completion_script(out.getvalue()), end="")
+        else:
+            hydra_main()
     except KeyboardInterrupt:  # between jobs: nothing was running, every record is complete
         print("harness: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - every error the user can cause is one line (debug=true: all of it)
+        if full:
+            raise
+        fail(hydra_problem(e, overrides_of(argv)))
+    finally:
+        sys.stderr = stderr
+        GlobalHydra.instance().clear()
+        if saved is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved

@@ -28,6 +28,19 @@ def untested_torch() -> str | None:
             f"{', '.join(TESTED_TORCH)}; set {ALLOW_ENV}=1 to try anyway)")
 
 
+# -- fake tensors: shapes, dtypes and storages without memory (harness/memory_theory.py) ---------
+def fake_tensors() -> Any:
+    """A context in which tensors are fakes: what runs inside allocates nothing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def storage_id(t: torch.Tensor) -> int:
+    """Identity of a tensor's storage, fake or real (a fake storage's data_ptr is 0 for all)."""
+    return t.untyped_storage()._cdata
+
+
 # -- DDP ------------------------------------------------------------------------------
 def arm_ddp_backward(module: torch.nn.Module, output: Any) -> None:
     """Make DDP's reducer all-reduce in the backward of `output`: what DDP's forward does

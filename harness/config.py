@@ -7,11 +7,20 @@ the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import hashlib
+import math
+import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, InterpolationResolutionError,
+                              MissingMandatoryValue, OmegaConfBaseException, ValidationError)
 
 from harness import compat
 from harness.runtime.faults import parse_fault
@@ -142,6 +151,7 @@ class Config:
     start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
     timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
     resume: bool = False  # in an existing sweep dir: skip jobs whose result.json says ok
+    skip_invalid: bool = False  # a sweep with points that cannot run: run the others (listed as skipped) instead of none
     debug: bool = False  # show tracebacks instead of one-line errors
     profile: str | None = None  # per-layer profile JSON: partition=profile costs; compute=emulated sleeps it
     fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
@@ -149,10 +159,175 @@ class Config:
 
 def register() -> None:
     ConfigStore.instance().store(name="harness_schema", node=Config)
+    if not OmegaConf.has_resolver("harness.dirname"):
+        OmegaConf.register_new_resolver("harness.dirname", job_dirname)
 
 
-def to_config(cfg: DictConfig) -> Config:
-    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+DIRNAME_BYTES = 100  # a sweep job's directory name past `<n>_`: far below NAME_MAX (255) with any prefix
+
+
+def job_dirname(override_dirname: str, limit: int = DIRNAME_BYTES) -> str:
+    """A sweep job's directory name (after `<n>_`) from Hydra's override_dirname: itself when
+    short, else its first characters and a hash of the whole (a sweep with many overrides
+    would hit the file system's 255-byte limit). "/" (a path in a value) becomes "-", so a
+    job is one directory."""
+    name = str(override_dirname).replace("/", "-").replace(os.sep, "-")
+    raw = name.encode()
+    if len(raw) <= limit:
+        return name
+    digest = hashlib.sha1(raw).hexdigest()[:10]
+    head = raw[:limit - len(digest) - 1].decode(errors="ignore").rstrip(",_=")
+    return f"{head}_{digest}"
+
+
+def schema_keys(cls: type | None = None, prefix: str = "") -> dict[str, Any]:
+    """Every key of the typed schema, dotted, with its type hint (nested dataclasses included
+    as keys of their own too)."""
+    out: dict[str, Any] = {}
+    for name, hint in typing.get_type_hints(cls or Config).items():
+        out[prefix + name] = hint
+        if dataclasses.is_dataclass(hint):
+            out |= schema_keys(hint, f"{prefix}{name}.")
+    return out
+
+
+def _what_fits(hint: Any) -> str:
+    """What a value of type `hint` must be, for a one-line message."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = type(None) in typing.get_args(hint)
+    base = args[0] if optional and len(args) == 1 else hint
+    origin = typing.get_origin(base)
+    if base is bool:
+        what = "true or false"
+    elif base is int:
+        what = "an integer"
+    elif base is float:
+        what = "a number"
+    elif base is str:
+        what = "a string"
+    elif origin is list:
+        item = typing.get_args(base)[0] if typing.get_args(base) else None
+        what = "a list of integers, e.g. [3,2,2,1]" if item is int else "a list, e.g. [a,b]"
+    elif base is dict or origin is dict:
+        what = "a dict, e.g. {depth:3}"
+    elif dataclasses.is_dataclass(base):
+        keys = ", ".join(f.name for f in dataclasses.fields(base))
+        return f"is a group of keys, not a value (set one of them: {keys})"
+    else:
+        what = str(base)
+    return f"must be {what}" + (" or null" if optional else "")
+
+
+def unknown_key(key: str, value: object) -> str:
+    """`ppp=2: unknown key (did you mean pp?)`."""
+    keys = list(schema_keys())
+    near = difflib.get_close_matches(key.lstrip("+~"), keys, n=1, cutoff=0.6)
+    return f"{key}={value}: unknown key " + (f"(did you mean {near[0]}?)" if near else
+                                            "(every key is listed in harness/config.py)")
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def omegaconf_problem(e: OmegaConfBaseException, shown: str | None = None) -> str:
+    """One line for an error OmegaConf raised about a key: `<key>=<value>: <what is allowed>`.
+    `shown` is the override as the user wrote it (`pp=abc`), when known."""
+    key = getattr(e, "full_key", None) or getattr(e, "key", None) or ""
+    value = getattr(e, "value", None)
+    shown = shown or (f"{key}={value}" if key else None)
+    if isinstance(e, (ConfigAttributeError, ConfigKeyError)) and "not in" in str(e):
+        return unknown_key(shown.partition("=")[0] if shown else str(key), shown.partition("=")[2] if shown else "")
+    if isinstance(e, ValidationError) and str(key) in (keys := schema_keys()):
+        return f"{shown}: {_what_fits(keys[str(key)])}"
+    if isinstance(e, MissingMandatoryValue):
+        return f"{key}: needs a value ({_first_line(getattr(e, 'msg', '') or str(e))})"
+    if isinstance(e, InterpolationResolutionError):
+        return f"{shown or key}: {_first_line(getattr(e, 'msg', '') or str(e))}"
+    what = _first_line(getattr(e, "msg", None) or str(e))
+    return f"{shown}: {what}" if shown else what
+
+
+def to_config(cfg: DictConfig, cwd: str | Path | None = None) -> Config:
+    """The composed config as a typed Config: keys the schema lacks (`+typo=1`) refused with
+    a did-you-mean, interpolations resolved, relative paths made absolute against `cwd`
+    (default: where the command ran, Hydra's original cwd, also under hydra.job.chdir=true).
+    ConfigError (one line) for anything wrong."""
+    _refuse_unknown(cfg, Config)
+    try:
+        if "hydra" in cfg:  # a whole composed config (a sweep's point): its task part, read in place
+            values = {f.name: (OmegaConf.to_object(node) if OmegaConf.is_config(node := cfg._get_node(f.name))
+                               else cfg[f.name]) for f in dataclasses.fields(Config) if f.name in cfg}
+            c = Config(**values)
+        else:
+            c = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    except OmegaConfBaseException as e:
+        raise ConfigError(omegaconf_problem(e)) from None
+    return absolute_paths(c, cwd)
+
+
+def _refuse_unknown(node: DictConfig, cls: type, prefix: str = "") -> None:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in node.keys():
+        key = str(key)
+        if key == "hydra" and not prefix:
+            continue
+        if key not in fields:
+            raise ConfigError(unknown_key(prefix + key, _raw(node, key)))
+        sub = node._get_node(key)
+        if dataclasses.is_dataclass(hints[key]) and isinstance(sub, DictConfig) and not sub._is_none() \
+                and not sub._is_missing() and not sub._is_interpolation():
+            _refuse_unknown(sub, hints[key], f"{prefix}{key}.")
+
+
+def _raw(node: DictConfig, key: str) -> object:
+    """The value at `key` as written (no interpolation resolved)."""
+    sub = node._get_node(key)
+    return OmegaConf.to_container(sub, resolve=False) if OmegaConf.is_config(sub) else sub._value()  # type: ignore[union-attr]
+
+
+def original_cwd() -> Path:
+    """Where the user ran the command: Hydra's runtime.cwd while a Hydra app runs (the job's
+    own cwd may be its output directory under hydra.job.chdir=true), else the current one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.cwd)
+    return Path.cwd()
+
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # where data/ ships beside harness/ (a source checkout)
+
+
+def absolute_path(path: str | None, cwd: str | Path | None = None) -> str | None:
+    """`path` made absolute against `cwd` (default: original_cwd()); "~" expanded. A relative
+    path that does not exist there but does beside the harness package (data/..., what the
+    scenario presets name) is taken from there, so presets work from any directory."""
+    if not path:
+        return path
+    p = Path(os.path.expanduser(path))
+    if p.is_absolute():
+        return str(p)
+    here = Path(cwd) if cwd is not None else original_cwd()
+    if not (here / p).exists() and (PACKAGE_ROOT / p).exists():
+        return str(PACKAGE_ROOT / p)
+    return os.path.normpath(here / p)
+
+
+def absolute_paths(c: Config, cwd: str | Path | None = None) -> Config:
+    """profile, schedule.csv_path and a file model.target (path/file.py:fn) as absolute paths:
+    the config then means the same in any directory (a job's own under hydra.job.chdir=true,
+    a worker's) and the record says which file ran."""
+    c.profile = absolute_path(c.profile, cwd)
+    c.schedule.csv_path = absolute_path(c.schedule.csv_path, cwd)
+    target = c.model.target
+    if target:
+        module, sep, attr = target.rpartition(":")
+        if sep and (module.endswith(".py") or "/" in module or os.sep in module):
+            c.model.target = f"{absolute_path(module, cwd)}:{attr}"
+    return c
 
 
 def _one_of(key: str, value: object, allowed: tuple[str, ...], planned: tuple[str, ...] = ()) -> None:
@@ -185,11 +360,13 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     _at_least("warmup_steps", c.warmup_steps, 0)
     _at_least("model.layers", c.model.layers, 1)
     _at_least("model.hidden", c.model.hidden, 1)
+    _check_numbers(c)
     if c.model.name == "gpt":
         for key in ("heads", "seq", "vocab"):
             _at_least(f"model.{key}", getattr(c.model, key), 1)
         if c.model.hidden % c.model.heads:
             raise ConfigError(f"model.heads={c.model.heads}: must divide model.hidden={c.model.hidden}")
+    _check_sizes(c, cuda_devices)
     if c.partition.name == "profile" and not c.profile:
         raise ConfigError("partition=profile: needs profile=<per-layer profile JSON> "
                           "(write one with `python -m harness.profile`)")
@@ -204,8 +381,9 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
                               f"model's {c.model.num_layers} layers")
     if c.lr <= 0:
         raise ConfigError(f"lr={c.lr}: must be > 0")
-    if c.timeout_s is not None and c.timeout_s <= 0:
-        raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0 seconds")
+    if c.timeout_s is not None and c.timeout_s < MIN_TIMEOUT_S:
+        raise ConfigError(f"timeout_s={c.timeout_s}: must be at least {MIN_TIMEOUT_S:g} s (or null: 60 s + 10x the "
+                          "modeled run)")
     if c.cost.time_scale <= 0:
         raise ConfigError(f"cost.time_scale={c.cost.time_scale}: must be > 0")
     if c.cost.fwd_ms_per_layer < 0 or c.cost.bwd_over_fwd < 0:
@@ -222,7 +400,7 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
         fault = parse_fault(c.fault)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if fault and not (fault.rank < c.pp * c.dp and fault.step < c.warmup_steps + c.steps):
+    if fault and fault.rank is not None and not (fault.rank < c.pp * c.dp and fault.step < c.warmup_steps + c.steps):
         raise ConfigError(f"fault={c.fault}: rank or step outside this run ({c.pp * c.dp} ranks, "
                           f"{c.warmup_steps + c.steps} steps)")
     if c.schedule.name == "csv":
@@ -269,3 +447,91 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
         raise ConfigError(f"pp={c.pp} x dp={c.dp}: {world} processes, more than max_processes={c.max_processes}")
     if c.device == "cuda" and cuda_devices == 0:
         raise ConfigError("device=cuda: no CUDA device here (use device=cpu or device=auto)")
+
+
+MIN_TIMEOUT_S = 1.0  # a job starts its ranks and joins their world first: less cannot run anything
+SEED_MAX = (2**63 - 1) // 1_000_003 - 1  # layer i is seeded with seed x 1000003 + i: torch.manual_seed's int64
+MAX_ACTIONS = 1_000_000  # schedule actions per step (pp x chunks x M x 3): what planning may build and check
+GPU_BYTES_BOUND = 256 * 2**30  # no GPU has more memory than this (an upper bound, not a query)
+
+
+def _check_numbers(c: Config) -> None:
+    """Floats finite (nan and inf compare false with every bound), costs not negative, the
+    seed within what torch.manual_seed takes once a layer's index is mixed in."""
+    floats = {"lr": c.lr, "timeout_s": c.timeout_s,
+              **{f"cost.{f.name}": getattr(c.cost, f.name) for f in dataclasses.fields(c.cost)},
+              **{f"comm.{f.name}": getattr(c.comm, f.name) for f in dataclasses.fields(c.comm)}}
+    for key, value in floats.items():
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(f"{key}={value}: must be a finite number")
+    for key, value in floats.items():
+        if key.startswith(("cost.", "comm.")) and value < 0:
+            raise ConfigError(f"{key}={value}: must be >= 0")
+    if not 0 <= c.seed <= SEED_MAX:
+        raise ConfigError(f"seed={c.seed}: must be an integer in 0..{SEED_MAX} (layer i is seeded with "
+                          "seed x 1000003 + i, which torch.manual_seed must take)")
+
+
+def machine_bytes(device: str, cuda_devices: int) -> int:
+    """An upper bound on the memory a run here can use: this machine's RAM (os.sysconf), plus,
+    where its ranks may run on GPUs, GPU_BYTES_BOUND per GPU."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no bound
+        return 2**63
+    return ram + (cuda_devices * GPU_BYTES_BOUND if device != "cpu" else 0)
+
+
+def _param_count(model: Any) -> int | None:
+    """Parameters of the whole model, from a few layers built on the meta device (no memory):
+    every layer when there are few, else the first, the last and a middle one for the rest.
+    None when the model cannot be built there (a custom model may not support it)."""
+    import torch
+
+    n = model.num_layers
+    picked = list(range(n)) if n <= 8 else [0, n // 2, n - 1]
+    try:
+        with torch.device("meta"):
+            count = {i: sum(p.numel() for p in model.build_layer(i).parameters()) for i in picked}
+    except Exception:  # noqa: BLE001 - only a bound: without it the workers say what fails
+        return None
+    return sum(count.values()) if n <= 8 else count[0] + count[n - 1] + (n - 2) * count[n // 2]
+
+
+def _check_sizes(c: Config, cuda_devices: int) -> None:
+    """Inputs that pass every range check but cannot fit: a schedule too long to build
+    (microbatches=1000000000), activations or parameters larger than the machine
+    (microbatch_size, model.hidden, model.seq of 1e9). Checked before anything is built."""
+    chunks = chunks_per_rank(c.schedule.name, c.virtual_stages)
+    actions = c.pp * chunks * c.microbatches * 3
+    if actions > MAX_ACTIONS:
+        big, value = ("virtual_stages", c.virtual_stages) if c.virtual_stages > c.microbatches else \
+            ("microbatches", c.microbatches)
+        allowed = max(1, MAX_ACTIONS // (3 * c.pp * (chunks if big == "microbatches" else c.microbatches)))
+        raise ConfigError(f"{big}={value}: pp={c.pp} x {chunks} chunks x {c.microbatches} microbatches x 3 = "
+                          f"{actions:,} schedule actions, more than {MAX_ACTIONS:,} (allowed: {big} <= {allowed})")
+    from harness.model import get_model  # lazily: harness.model imports this module
+
+    model = get_model(c.model)
+    limit = machine_bytes(c.device, cuda_devices)
+    per_microbatch = 4 * math.prod(model.activation_shape(c.microbatch_size))  # fp32 between stages
+    activations = c.dp * c.microbatches * per_microbatch
+    if activations > limit:
+        shape = "x".join(str(d) for d in model.activation_shape(c.microbatch_size))
+        dims = model.activation_shape(c.microbatch_size)
+        key, value = max([("microbatches", c.microbatches)] +
+                         [(k, v) for k, v in (("microbatch_size", c.microbatch_size), ("model.hidden", c.model.hidden),
+                                              ("model.seq", c.model.seq)) if v in dims], key=lambda kv: kv[1])
+        raise ConfigError(f"{key}={value}: the step's activations (dp={c.dp} x microbatches={c.microbatches} x "
+                          f"{shape} fp32) are {_gib(activations)}, more than this machine's {_gib(limit)}")
+    params = _param_count(model)
+    if params is not None and 8 * params * c.dp > limit:  # fp32 weights and gradients, per replica
+        sizes = ("layers", "hidden") if c.model.name == "mlp" else ("layers", "hidden", "vocab", "ffn")
+        key = max(sizes, key=lambda k: getattr(c.model, k) or 0)
+        raise ConfigError(f"model.{key}={getattr(c.model, key)}: {params:,} parameters x dp={c.dp} "
+                          f"need {_gib(8 * params * c.dp)} (fp32 weights and gradients), more than this machine's "
+                          f"{_gib(limit)}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"

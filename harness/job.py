@@ -3,6 +3,7 @@ plan -> run (a Result) -> records. Everything after planning reads the planned c
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -13,23 +14,31 @@ from harness.config import Config, ConfigError
 from harness.gantt import plot_gantt
 from harness.metrics import compute_metrics, grad_check
 from harness.plan import Plan, make_plan
-from harness.record import GANTT, RESULT, TRACE, environment, log_wandb, write_json_atomic, write_trace_json
+from harness.record import GANTT, RESULT, RUNNING, TRACE, environment, write_json_atomic, write_trace_json
 from harness.reference import reference_losses
-from harness.result import Metrics, Result
+from harness.result import Metrics, RecordError, Result, read
+from harness.wandb_log import log_wandb
+from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.runtime.launch import Execution, WorkerError, from_reports, run_processes, run_torchrun, torchrun_rank
 from harness.runtime.registry import get_executor
 
 
-def execute(plan: Plan, pids: list[int]) -> Execution | None:
+def execute(plan: Plan, pids: list[int], out_dir: Path | None = None) -> Execution | None:
     """The plan through its executor (a lookup in the registry); None on a torchrun rank
-    other than 0 (rank 0 records the job)."""
+    other than 0 (rank 0 records the job). While workers run, <out_dir>/running.json names
+    this process and them (what to look for if a job seems stuck; tests wait on it)."""
     executor = get_executor(plan.config.executor)
     if executor.run is not None:
         return executor.run(plan, pids)
     if torchrun_rank() is not None:
         reports = run_torchrun(plan, executor.runner)
         return None if reports is None else from_reports(reports)
-    return from_reports(run_processes(plan, executor.runner, pids))
+
+    def started(workers: list[int]) -> None:
+        if out_dir is not None:
+            write_json_atomic(out_dir / RUNNING, {"pid": os.getpid(), "worker_pids": workers})
+
+    return from_reports(run_processes(plan, executor.runner, pids, started))
 
 
 def measure(plan: Plan, run: Execution) -> Metrics:
@@ -59,6 +68,7 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     last = max(e.step for e in run.trace)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))
+    maybe_interrupt(parse_fault(c.fault), "records")
     write_json_atomic(out_dir / RESULT, result.to_json())
     result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                  c.wandb.entity)
@@ -71,6 +81,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     failed record is written) and KeyboardInterrupt (recorded `interrupted`)."""
     pids: list[int] = []  # the workers', recorded so a test (or a suspicious user) can check they are gone
     result = Result("failed", None, asdict(c), worker_pids=pids)
+    (out_dir / RESULT).unlink(missing_ok=True)  # a rerun's earlier record no longer describes this directory
     started = time.time()
     rank0 = (torchrun_rank() or (0, 0))[0] == 0
 
@@ -78,29 +89,29 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         result.status, result.error, result.wall_s = status, error, time.time() - started
         write_json_atomic(out_dir / RESULT, result.to_json())
         if status == "failed":  # a dashboard that hides failures misleads; not on Ctrl-C
-            try:
-                result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
-                                             c.wandb.entity)
-                write_json_atomic(out_dir / RESULT, result.to_json())
-            except Exception:  # noqa: BLE001 - the record on disk is what counts
-                pass
+            result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
+                                         c.wandb.entity)
+            write_json_atomic(out_dir / RESULT, result.to_json())
         return result
 
     try:
         plan = make_plan(c, cuda_devices)
         result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
         result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
-        run = execute(plan, pids)
+        run = execute(plan, pids, out_dir)
         if run is None:
             return result  # a torchrun rank other than 0: rank 0 records the job
         result.metrics = measure(plan, run)
+        result.status, result.wall_s = "ok", time.time() - started
+        write_records(out_dir, result, plan, run, group, name)
     except ConfigError as e:
         result.error_detail = e.detail
         if rank0:
             fail("failed", str(e))
         raise
     except KeyboardInterrupt:
-        fail("interrupted", "interrupted (Ctrl-C or SIGTERM)")
+        if not _recorded_ok(out_dir):  # interrupted after result.json said ok: the record stands
+            fail("interrupted", "interrupted (Ctrl-C or SIGTERM)")
         raise
     except WorkerError as e:
         return fail("failed", str(e))
@@ -108,6 +119,13 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         if c.debug or not rank0:
             raise  # torchrun's agent ends the other ranks; rank 0 records what it saw
         return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
-    result.status, result.wall_s = "ok", time.time() - started
-    write_records(out_dir, result, plan, run, group, name)
+    finally:
+        (out_dir / RUNNING).unlink(missing_ok=True)
     return result
+
+
+def _recorded_ok(out_dir: Path) -> bool:
+    try:
+        return read(out_dir / RESULT).status == "ok"
+    except RecordError:
+        return False

@@ -128,8 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     register()
     torch.set_num_threads(1)  # as in every worker: one rank per core
-    with initialize_config_module(config_module="conf", version_base="1.3"):
-        c = to_config(compose(config_name="config", overrides=args.overrides))
+    try:
+        with initialize_config_module(config_module="harness.conf", version_base="1.3"):
+            c = to_config(compose(config_name="config", overrides=args.overrides))
+    except Exception as e:  # noqa: BLE001 - a bad key or value: one line, as python -m harness says it
+        from harness.cli import hydra_problem
+
+        print(f"harness.profile: error: {hydra_problem(e, args.overrides)}", file=sys.stderr)
+        return 2
     if c.device == "cuda" and not torch.cuda.is_available():
         print("harness.profile: error: device=cuda: no CUDA device here (use device=cpu)", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
-"""Record a job: result.json and trace.json (Perfetto; capped), written atomically, and the
-wandb run. The Gantt chart (gantt.png) is harness/gantt.py."""
+"""Record a job: result.json and trace.json (Perfetto; capped), written atomically. The Gantt
+chart (gantt.png) is harness/gantt.py, the wandb run harness/wandb_log.py (log_wandb, also
+importable from here)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable
 
-from harness.result import Env, PlanRecord
+from harness.jsonsafe import strict
+from harness.result import Env
 from harness.trace import Event, Trace
 
 if TYPE_CHECKING:
     from harness.plan import Plan
 
-RESULT, TRACE, GANTT = "result.json", "trace.json", "gantt.png"
+RESULT, TRACE, GANTT, RUNNING = "result.json", "trace.json", "gantt.png", "running.json"
 
 
 # New files get the usual permissions (0666 less the umask) rather than mkstemp's 0600.
@@ -50,8 +52,14 @@ def write_atomic(path: Path, write: Callable[[IO], object], binary: bool = False
 
 
 def write_json_atomic(path: Path, data: object) -> None:
-    """JSON through write_atomic: a reader never sees half a file."""
-    write_atomic(path, lambda f: json.dump(data, f, indent=1, default=str))
+    """Strict JSON through write_atomic (a reader never sees half a file): NaN and Infinity
+    are not JSON, so a non-finite number is written as null, and a record (a dict) lists
+    why under `nulls`."""
+    reasons: list[str] = []
+    data = strict(data, reasons)
+    if reasons and isinstance(data, dict):
+        data["nulls"] = reasons
+    write_atomic(path, lambda f: json.dump(data, f, indent=1, default=str, allow_nan=False))
 
 
 def environment(plan: "Plan") -> Env:
@@ -183,76 +191,3 @@ def read_trace(path: Path) -> Trace:
     return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
                   e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
             for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
-
-
-def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, project: str,
-              entity: str | None) -> str | None:
-    """One wandb run per job, wandb imported only when enabled; returns the run's directory
-    (offline, the default: <job dir>/wandb/offline-run-*/, what `wandb sync` takes).
-
-    group = sweep name, job_type = schedule, name = the job's override string, config = the
-    resolved config. Summary: `status`, `error`, `wall_s`, and every leaf of result.json's
-    `metrics` under its path joined by "/" (`bubble/measured`, `memory/peak_activation_bytes_per_rank`),
-    lists kept whole as in result.json, plus `<key>/max` for each list of numbers (a scalar a
-    chart can plot: the fullest or slowest rank, the worst step). History: `loss` per step,
-    warm-up included. Media: `gantt` (image), `stages` (table, one row per rank), and
-    trace.json as an artifact of type `trace`."""
-    if mode == "disabled":
-        return None
-    os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
-
-    def flat(d: dict, prefix: str = "") -> dict:
-        out: dict = {}
-        for k, v in d.items():
-            if isinstance(v, dict):
-                out |= flat(v, f"{prefix}{k}/")
-                continue
-            out[prefix + k] = v
-            if k != "losses" and isinstance(v, list) and v and all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-                out[f"{prefix}{k}/max"] = max(v)
-        return out
-
-    cfg, m = result["config"], result.get("metrics")
-    # console off and no system stats: the job has finished when this runs, so wandb would
-    # sample nothing but itself
-    settings = wandb.Settings(console="off", x_disable_stats=True, save_code=False)
-    run = wandb.init(project=project, entity=entity, mode=mode, dir=str(out_dir), group=group, name=name,
-                     job_type=cfg["schedule"]["name"], config=cfg, settings=settings, reinit="finish_previous")
-    try:
-        run.summary.update({"status": result["status"], "error": result.get("error"),
-                            "wall_s": result.get("wall_s"), **flat(m or {})})
-        if not m:
-            return str(Path(run.dir).parent)
-        for i, loss in enumerate(m.get("losses") or []):
-            run.log({"loss": loss}, step=i)
-        media: dict = {}
-        if (out_dir / GANTT).exists():
-            media["gantt"] = wandb.Image(str(out_dir / GANTT))
-        if result.get("plan"):
-            plan = PlanRecord(**result["plan"])
-            ops, peaks = m.get("mean_op_s") or {}, m["memory"]["peak_activation_bytes_per_rank"]
-
-            def op_s(kinds: str, stages: list[int]) -> float | None:
-                """Mean seconds per microbatch of these kinds over a rank's stages (chunks)."""
-                present = [k for k in kinds if k in ops]
-                return sum(ops[k][s] for k in present for s in stages) if present else None
-
-            rows = []
-            for rank, bubble in enumerate(m["bubble"]["measured_per_rank"]):
-                stages = plan.stages_of(rank)
-                # backward: B, or input + weight gradient (I + W) for the split, zero-bubble schedules
-                rows.append([rank, plan.layers_label(rank, len(m["bubble"]["measured_per_rank"])), bubble,
-                             peaks[rank] if peaks else None, op_s("F", stages), op_s("BIW", stages)])
-            media["stages"] = wandb.Table(columns=["rank", "layers", "bubble_measured", "peak_activation_bytes",
-                                                   "mean_fwd_s", "mean_bwd_s"], data=rows)
-        if media:
-            run.log(media)
-        if (out_dir / TRACE).exists():
-            art = wandb.Artifact(f"trace-{run.id}", type="trace", description="Perfetto trace of the job")
-            art.add_file(str(out_dir / TRACE))
-            run.log_artifact(art)
-        return str(Path(run.dir).parent)
-    finally:
-        run.finish()

@@ -65,7 +65,10 @@ class PlanRecord:
     def cost_model(self) -> CostModel:
         if self.sim_cost is None:
             raise RecordError("plan.sim_cost: not recorded (a version-1 record)")
-        return CostModel(**{k: tuple(v) if isinstance(v, list) else v for k, v in self.sim_cost.items()})
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in self.sim_cost.items()}
+        if fields.get("p2p_bandwidth_Bps") is None:  # infinite bandwidth is written as null (strict JSON)
+            fields["p2p_bandwidth_Bps"] = float("inf")
+        return CostModel(**fields)
 
     def stages_of(self, pipeline_rank: int) -> list[int]:
         return sorted(int(s) for s, r in self.stage_rank.items() if r == pipeline_rank)
@@ -153,6 +156,7 @@ class Result:
     error_detail: str | None = None  # more than a line: a schedule's grid
     wandb_dir: str | None = None
     trace_json: dict | None = None  # what trace.json kept: steps and events written and dropped (a size cap)
+    nulls: list[str] = field(default_factory=list)  # fields written as null because they were not finite numbers
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict:

@@ -90,7 +90,7 @@ def test_global_batch_sets_the_microbatch(config):
 
 def test_slurm_launcher_config_composes():
     register()
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="harness.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
                       return_hydra_config=True)
     launcher = cfg.hydra.launcher

@@ -75,7 +75,7 @@ def test_failing_rank_is_one_line(tmp_path, config):
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    ({"fault": "noaccum@rank0,step0"}, "fault=noaccum@rank0,step0: executor=pytorch honours raise, kill, hang"),
+    ({"fault": "noaccum@rank0,step0"}, "fault=noaccum@rank0,step0: executor=pytorch honours raise, kill, hang, term"),
     ({"dp": 2}, "dp=2: executor=pytorch runs one pipeline"),
 ])
 def test_unsupported_peer_input_refused_before_workers(config, overrides, expected):

@@ -28,20 +28,24 @@ FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "bubble_attrib
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
-    """12 points: dualpipev at M=2 fails validation (it needs M >= 2 * pp), 10 run; then a
-    corrupt record and a partial one (status ok, no metrics) are added by hand."""
+    """12 points: dualpipev at M=2 cannot run (it needs M >= 2 * pp) and is skipped, 10 run;
+    then a failed record, a corrupt one and a partial one (status ok, no metrics) are added by
+    hand."""
     path = tmp_path_factory.mktemp("runs") / "small"
     p = subprocess.run([sys.executable, "-m", "harness", "-m", "schedule=gpipe,1f1b,dualpipev", "pp=2",
                         "microbatches=2,4", "partition=uniform,params", "compute=emulated", "cost.fwd_ms_per_layer=1",
-                        "model.hidden=32", "steps=2", "warmup_steps=0", "wandb.mode=disabled",
+                        "model.hidden=32", "steps=2", "warmup_steps=0", "wandb.mode=disabled", "skip_invalid=true",
                         f"hydra.sweep.dir={path}"], cwd=path.parent, env=ENV, capture_output=True, text=True,
                        timeout=300)
-    assert p.returncode == 1 and "10 ok" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.returncode == 0 and "10 ok, 2 skipped" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     (path / "corrupt").mkdir()
     (path / "corrupt" / "result.json").write_text('{"status": "ok", "con')
     ok = json.loads(next(path.glob("0_*/result.json")).read_text())
     (path / "partial").mkdir()
     (path / "partial" / "result.json").write_text(json.dumps({**ok, "metrics": None}))
+    (path / "99_failed").mkdir()
+    (path / "99_failed" / "result.json").write_text(json.dumps({**ok, "status": "failed", "metrics": None,
+                                                                "error": "rank 1: RuntimeError: injected fault"}))
     return path
 
 
@@ -56,12 +60,12 @@ def test_report_of_a_real_sweep(sweep, tmp_path):
 
     with open(out / "runs.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(list(sweep.rglob("result.json"))) == 14
+    assert len(rows) == len(list(sweep.rglob("result.json"))) == 13
     assert sorted(r["status"] for r in rows).count("ok") == 10
     assert [r["status"] for r in rows].count("corrupt") == 2
 
     for text in (md, page):
-        assert "Not ok" in text and "dualpipev needs at least" in text  # the failed points, with their error
+        assert "Not ok" in text and "injected fault" in text  # the failed point, with its error
         assert "corrupt/result.json" in text and "unreadable" in text
         assert "partial/result.json" in text and "no metrics" in text
         assert "no runs with dp &gt; 1" in text or "no runs with dp > 1" in text

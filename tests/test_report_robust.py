@@ -207,11 +207,12 @@ def test_read_never_opens_a_fifo_nor_a_directory(bad_sweep):
 
 
 def test_resume_reads_a_fifo_as_not_ok(bad_sweep):
-    from harness.app import already_ok
+    from harness.app import resume_skips
+    from harness.config import Config
 
-    assert bounded(already_ok, bad_sweep / "34_fifo") is False
-    assert bounded(already_ok, bad_sweep / "13_deep") is False
-    assert bounded(already_ok, bad_sweep / "0_x") is True
+    asked = OmegaConf.structured(Config)
+    for job in ("34_fifo", "13_deep", "0_x"):  # unreadable, too deep, ok but without its trace and Gantt
+        assert bounded(resume_skips, bad_sweep / job, asked) is None
 
 
 def test_the_sweep_summary_counts_missing_and_corrupt_without_blocking(bad_sweep, capsys):

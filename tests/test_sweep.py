@@ -44,14 +44,15 @@ def test_sweep_then_report(tmp_path):
         assert len(list(csv.DictReader(f))) == 8
 
 
-def test_a_bad_point_does_not_stop_the_sweep(tmp_path):
-    """pp=9 cannot run an 8-layer model: that job is recorded failed, the others run, the
-    sweep exits 1, and the report lists the failure."""
+def test_a_failing_point_does_not_stop_the_sweep(tmp_path):
+    """A point that plans but fails at run time is recorded failed, the other runs, the sweep
+    exits 1 and the report lists it (a point that cannot be planned stops the sweep before any
+    job: tests/test_cli.py)."""
     sweep = tmp_path / "sweep"
-    p = harness("-m", "pp=1,9", "microbatches=2", "steps=1", "warmup_steps=0", "wandb.mode=disabled",
-                f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    p = harness("-m", "pp=1", 'fault=null,"raise@rank0,step0"', "microbatches=2", "steps=1", "warmup_steps=0",
+                "wandb.mode=disabled", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert p.returncode == 1
-    assert "pp=9: 9 stages, more than the model's 8 layers" in p.stderr
+    assert "injected fault" in p.stdout
     status = sorted(json.loads(r.read_text())["status"] for r in sweep.rglob("result.json"))
     assert status == ["failed", "ok"]
     (sweep / "corrupt").mkdir()
@@ -60,4 +61,4 @@ def test_a_bad_point_does_not_stop_the_sweep(tmp_path):
                        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     index = (tmp_path / "rep" / "sweep" / "index.md").read_text()
-    assert "## Not ok" in index and "pp=9" in index and "corrupt/result.json" in index
+    assert "## Not ok" in index and "injected fault" in index and "corrupt/result.json" in index

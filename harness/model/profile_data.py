@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,25 @@ def _at(by: dict, b: int) -> tuple[dict, bool]:
             for k in ("fwd_s", "bwd_s", "fwd_flops")}, extrapolated
 
 
+def _check_times(by: dict, key: str, i: int) -> None:
+    """Every measured time and FLOP count finite and >= 0, every size a positive integer
+    (JSON allows NaN and Infinity; a negative time would make a sleep or a partition absurd)."""
+    if not isinstance(by, dict):
+        raise TypeError(f"'by_microbatch' is a {type(by).__name__}, not an object")
+    for size, m in by.items():
+        if not isinstance(m, dict):
+            raise TypeError(f"'by_microbatch'[{size!r}] is a {type(m).__name__}, not an object")
+        if not str(size).isdigit() or int(size) < 1:
+            raise ProfileError(f"{key}: layer {i}: microbatch size {size!r} (allowed: a positive integer)")
+        for name in ("fwd_s", "bwd_s", "fwd_flops", "activation_bytes"):
+            if name not in m:
+                continue
+            v = m[name]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ProfileError(f"{key}: layer {i}, microbatch size {size}: {name}={v!r} (allowed: a finite "
+                                   "number >= 0)")
+
+
 def load_profile(path: str | Path, microbatch_size: int, num_layers: int,
                  notes: list[str] | None = None) -> list[LayerCost]:
     """Per-layer costs at `microbatch_size`; ProfileError naming what is wrong. Sizes the
@@ -71,10 +91,15 @@ def load_profile(path: str | Path, microbatch_size: int, num_layers: int,
             by = layer["by_microbatch"]
             if not by:
                 raise ValueError("no microbatch sizes")
+            _check_times(by, key, i)
+            if int(layer["params"]) < 0:
+                raise ProfileError(f"{key}: layer {i}: params={layer['params']!r} (allowed: an integer >= 0)")
             t, ext = _at(by, microbatch_size)
             extrapolated |= ext
             out.append(LayerCost(layer["kind"], int(layer["params"]), float(t["fwd_s"]), float(t["bwd_s"]),
                                  float(t.get("fwd_flops", 0.0))))
+        except ProfileError:
+            raise
         except (KeyError, TypeError, ValueError) as e:
             raise ProfileError(f"{key}: layer {i} is malformed ({type(e).__name__}: {e})") from None
     if extrapolated and notes is not None:

@@ -1,9 +1,13 @@
-"""Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum.
+"""Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum,
+or `fault=term@launch` / `fault=term@records`.
 
 raise: the rank raises RuntimeError at the start of step S. kill: it SIGKILLs itself.
 hang: it sleeps forever (the job's timeout_s must end it). noaccum: in step S the rank
 drops the gradients accumulated before each backward, so only the last microbatch's
-survive (verify_grads must catch it). For tests of failure handling; never set in a study.
+survive (verify_grads must catch it). term@launch / term@records: the main process sends
+itself SIGTERM once the first worker has started / between writing trace.json and
+result.json, so tests can interrupt at those moments without racing a clock. For tests of
+failure handling; never set in a study.
 """
 
 from __future__ import annotations
@@ -15,27 +19,38 @@ import time
 from dataclasses import dataclass
 
 _FAULT = re.compile(r"^(raise|kill|hang|noaccum)@rank(\d+),step(\d+)$")
+_MAIN_FAULT = re.compile(r"^(term)@(launch|records)$")
+_FORMS = "KIND@rankR,stepS with KIND raise|kill|hang|noaccum (e.g. raise@rank1,step2), or term@launch, term@records"
 
 
 @dataclass(frozen=True)
 class Fault:
     kind: str
-    rank: int
-    step: int
+    rank: int | None = None  # a worker fault's rank and step; None for the main process's
+    step: int | None = None
+    where: str | None = None  # term: launch | records
 
 
 def parse_fault(text: str | None) -> Fault | None:
     """None for no fault; ValueError with the allowed form otherwise."""
     if not text:
         return None
+    if m := _MAIN_FAULT.match(text):
+        return Fault(m.group(1), where=m.group(2))
     m = _FAULT.match(text)
     if not m:
-        raise ValueError(f"fault={text}: expected KIND@rankR,stepS with KIND raise|kill|hang|noaccum, e.g. raise@rank1,step2")
+        raise ValueError(f"fault={text}: expected {_FORMS}")
     return Fault(m.group(1), int(m.group(2)), int(m.group(3)))
 
 
+def maybe_interrupt(fault: Fault | None, where: str) -> None:
+    """The main process's test hook: SIGTERM to itself at `where` (launch | records)."""
+    if fault is not None and fault.kind == "term" and fault.where == where:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def maybe_inject(fault: Fault | None, rank: int, step: int) -> None:
-    if fault is None or fault.rank != rank or fault.step != step or fault.kind == "noaccum":
+    if fault is None or fault.rank != rank or fault.step != step or fault.kind in ("noaccum", "term"):
         return
     if fault.kind == "raise":
         raise RuntimeError(f"injected fault at rank {rank}, step {step}")

@@ -9,12 +9,14 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from harness.config import ConfigError
 from harness.plan import Plan
+from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.runtime.loop import RankReport, one_line, run_rank, worker_main
 from harness.trace import Event, Trace
 
@@ -68,15 +70,19 @@ def _context(method: str, preload: list[str]):
     return ctx
 
 
-def run_processes(plan: Plan, runner: str, pids: list[int] | None = None) -> list[RankReport]:
+def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
+                  started: Callable[[list[int]], None] | None = None) -> list[RankReport]:
     """Runs the plan on plan.world forked ranks, each the rank loop around `runner`
     ("module:Class"); raises WorkerError on the first failure. Every rank is gone when it
-    returns or raises; their pids are appended to `pids` so a caller can check."""
+    returns or raises, Ctrl-C and SIGTERM included; their pids are appended to `pids`, and
+    `started(pids)` is told once all have started."""
     from harness.model import get_model
 
     # what every rank imports, imported once in the forkserver (a model may bring transformers)
-    preload = ["harness.runtime.loop", runner.partition(":")[0], *getattr(get_model(plan.config.model), "preload", ())]
+    preload = ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0],
+               *getattr(get_model(plan.config.model), "preload", ())]
     ctx = _context(plan.config.start_method, preload)
+    fault = parse_fault(plan.config.fault)
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner), daemon=True)
@@ -88,6 +94,9 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None) -> lis
             p.start()
             if pids is not None:
                 pids.append(p.pid)
+            maybe_interrupt(fault, "launch")
+        if started is not None:
+            started([p.pid for p in procs])
         while len(reports) < plan.world:
             try:
                 rank, status, payload = results.get(timeout=0.2)
@@ -111,17 +120,28 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None) -> lis
                 raise WorkerError(f"{cause}; then rank {rank}: {payload}" if cause else f"rank {rank}: {payload}")
             reports[rank] = payload
     finally:
-        for p in procs:
-            p.join(timeout=5 if len(reports) == plan.world else 0.1)
-        for p in procs:
+        _end(procs, graceful=len(reports) == plan.world)
+        results.close()
+    return [reports[r] for r in range(plan.world)]
+
+
+def _end(procs: list, graceful: bool) -> None:
+    """Join, terminate, then kill every started process. Ctrl-C and SIGTERM wait until this
+    is done (held, then delivered): a second Ctrl-C must not leave workers behind."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        live = [p for p in procs if p.pid is not None]  # a start Ctrl-C interrupted never ran
+        for p in live:
+            p.join(timeout=5 if graceful else 0.1)
+        for p in live:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=2)
             if p.is_alive():
                 p.kill()
                 p.join()
-        results.close()
-    return [reports[r] for r in range(plan.world)]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def torchrun_rank() -> tuple[int, int] | None:

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from harness.plan import Plan
 from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
+from harness.runtime.orphans import die_with_parent
 from harness.runtime.tracer import RawEvent, Tracer, clock_for
 from harness.trace import COMPUTE
 
@@ -172,6 +173,7 @@ def one_line(e: BaseException) -> str:
 def worker_main(rank: int, port: int, plan: Plan, results: Queue, runner_path: str) -> None:
     """Entry point of a forked rank: run it, put (rank, "ok", RankReport) or (rank, "error",
     line) on `results`, and leave the process group."""
+    die_with_parent()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
     try:
         results.put((rank, "ok", run_rank(rank, plan, f"tcp://127.0.0.1:{port}", runner_path)))

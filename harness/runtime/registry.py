@@ -29,7 +29,7 @@ class Executor:
     split_backward: bool = True  # runs I/W schedules (zb_h1, zbv, dualpipev)
     memory: bool = False  # meters activation memory
     transport: bool = False  # sends its messages through harness/runtime/transport.py (p2p=, checked by the validator)
-    faults: tuple[str, ...] = ("raise", "kill", "hang")  # test-only fault kinds it honours
+    faults: tuple[str, ...] = ("raise", "kill", "hang", "term")  # test-only fault kinds it honours
     devices: tuple[str, ...] = ("cpu", "cuda")
     simulated: bool = False  # its timings come from the simulator, not from clocks
     # whether a config makes it reach into torch internals (harness/compat.py guards the version)
@@ -59,11 +59,11 @@ def register(executor: Executor) -> Executor:
 
 register(Executor("native", "real worker processes, this harness's runner, P2P over torch.distributed",
                   runner="harness.runtime.native:NativeRunner", dp=True, memory=True, transport=True,
-                  faults=("raise", "kill", "hang", "noaccum"), private_torch=lambda c: c.dp > 1))
+                  faults=("raise", "kill", "hang", "noaccum", "term"), private_torch=lambda c: c.dp > 1))
 register(Executor("pytorch", "the same plan through torch.distributed.pipelining's schedule classes",
                   runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True, check=_peer_check))
 register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.*); no processes",
-                  run=_run_sim, dp=True, faults=(), simulated=True))
+                  run=_run_sim, dp=True, faults=("term",), simulated=True))
 
 
 def get_executor(name: str) -> Executor:

@@ -50,5 +50,31 @@ def write_csv(path: str | Path, schedule: Schedule) -> None:
     Path(path).write_text(to_csv(schedule))
 
 
+MAX_CSV_BYTES = 64 * 2**20  # a million actions of a few characters each, with room to spare
+
+
 def read_csv(path: str | Path) -> Schedule:
-    return from_csv(Path(path).read_text())
+    """The schedule in a CSV file, every rank with at least one action (a rank without any
+    would hold no stage). ScheduleError whose first line says what is wrong: not readable,
+    too large, not UTF-8 text (random bytes), not CSV, a malformed cell, an idle rank."""
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_CSV_BYTES:
+            raise ScheduleError(f"schedule CSV: {size:,} bytes, more than {MAX_CSV_BYTES:,} (not a schedule)")
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScheduleError(f"schedule CSV: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
+                            "expected rows of actions like 0F0,0B0") from None
+    except OSError as e:
+        raise ScheduleError(f"schedule CSV: cannot read it ({e.strerror or e})") from None
+    try:
+        schedule = from_csv(text)
+    except csv.Error as e:
+        raise ScheduleError(f"schedule CSV: not a CSV file ({e})") from None
+    if not schedule:
+        raise ScheduleError("schedule CSV: empty (expected one row of actions per rank, like 0F0,0B0)")
+    for rank, actions in sorted(schedule.items()):
+        if not actions:
+            raise ScheduleError(f"schedule CSV row {rank + 1} (rank {rank}): no actions (every rank must run at "
+                                "least one stage's forward and backward)")
+    return schedule

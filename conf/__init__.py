@@ -1,1 +1,0 @@
-"""Hydra config package (read through pkg://conf)."""

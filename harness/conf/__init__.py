@@ -1,0 +1,1 @@
+"""Hydra config package (read through pkg://harness.conf): the schema is harness/config.py."""

@@ -1,0 +1,171 @@
+"""Theory of every byte a pipeline rank holds, from the plan alone: parameters, gradients,
+optimizer state, activations held for backward, and the transient peak.
+
+Sources, per component (bytes per parameter in brackets):
+- parameters: the rank's layers' parameter count x bytes of `dtype` (fp32 4, bf16/fp16 2);
+- gradients: the same (accumulated in `dtype`);
+- optimizer state (Rajbhandari et al., 2020, "ZeRO", sec. 3: the "K" bytes per parameter):
+  SGD keeps nothing (a momentum buffer with momentum > 0), AdamW two moments, in fp32 where
+  low precision keeps fp32 master copies (K = 12: master 4 + moments 8), else in fp32
+  (K = 8), plus a 4-byte step counter per parameter tensor; ZeRO-1 shards the moments across
+  the dp replicas as torch's ZeroRedundancyOptimizer does (parameters, largest first, each to
+  the replica holding the fewest so far); the masters stay whole on every replica (torch's
+  ZeRO-1 steps full copies of the parameters it is given);
+- activations: the schedule's peak in-flight (stage, microbatch) pairs (replayed from the
+  rank's action list: M for GPipe, N - rank for 1F1B) x the bytes one holds from its F to its
+  backward: what autograd saves, its kept input and output, counted by tracing the stage once
+  under FakeTensorMode (shapes, dtypes and storages, no memory), the way the runtime's meter
+  counts them (each storage once, parameters excluded); with checkpointing, what the
+  checkpoint keeps (segment inputs and the output);
+- peak: parameters + optimizer state + the largest sum, over the rank's actions in order, of
+  activations held and gradients live (they appear at the stage's first backward), plus with
+  checkpointing one segment's recompute during a backward. Replay of the rank's own action
+  list, so GPipe's M held at once and 1F1B's N - rank both come out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness import compat
+from harness.model import get_model
+from harness.model.checkpoint import CheckpointedStage
+from harness.precision import Precision
+from harness.schedules.ir import Kind
+
+
+@dataclass(frozen=True)
+class RankBytes:
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    peak: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "peak": self.peak}
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    kept: int  # bytes one (stage, microbatch) holds from its F to its backward
+    recompute: int  # checkpointing: the largest segment's saved bytes, live during its backward
+
+
+def stage_activations(plan, stage: int) -> StageActivations:
+    c = plan.config
+    a, b = plan.stage_layers[stage]
+    model = get_model(c.model)
+    kept = _trace(model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c, c.checkpointing)
+    recompute = 0
+    if c.checkpointing:  # the largest segment's saved bytes, materialised while its backward runs
+        size = c.checkpoint_every or (b - a)
+        recompute = max(_trace(model, lo, min(b, lo + size), stage == 0 and lo == a, False, c, False)
+                        for lo in range(a, b, size))
+    return StageActivations(kept, recompute)
+
+
+def _trace(model, a: int, b: int, first: bool, last: bool, c, checkpointing: bool) -> int:
+    """Bytes one microbatch through layers [a, b) holds for its backward, under FakeTensorMode,
+    counted as the runtime's meter counts them."""
+    precision, B = Precision(c.dtype), c.microbatch_size
+    with compat.fake_tensors():
+        layers = model.build_layers(a, b, c.seed).to(precision.dtype)
+        params = {compat.storage_id(p) for p in layers.parameters()}
+        held: dict[int, int] = {}
+
+        def count(_key, t: torch.Tensor) -> None:
+            if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params:
+                held[compat.storage_id(t)] = t.untyped_storage().nbytes()
+
+        shape, in_dtype = model.input_shape(a, B)
+        x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
+             else torch.zeros(shape, dtype=precision.dtype, requires_grad=not first))
+        stage = CheckpointedStage(layers, c.checkpoint_every, count, lambda key, fn: fn) if checkpointing else layers
+        _, targets = model.batch(c.seed, 0, B)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(None, t), t)[1], lambda t: t):
+            y = stage(x, key=None) if checkpointing else stage(x)
+            if last:
+                y = model.loss(y.float(), targets) / c.microbatches
+        if not first:
+            count(None, x)
+        count(None, y)
+    return sum(held.values())
+
+
+def _param_counts(plan) -> dict[int, list[int]]:
+    """Stage -> the numel of each of its parameter tensors (built on the meta device)."""
+    model = get_model(plan.config.model)
+    with torch.device("meta"):
+        return {s: [p.numel() for p in model.build_layers(a, b, 0).parameters()]
+                for s, (a, b) in enumerate(plan.stage_layers)}
+
+
+def _zero_shares(numels: list[int], dp: int) -> list[list[int]]:
+    """torch's ZeroRedundancyOptimizer partition: largest first, each to the least loaded."""
+    shares: list[list[int]] = [[] for _ in range(dp)]
+    load = [0] * dp
+    for n in sorted(numels, reverse=True):
+        r = load.index(min(load))
+        shares[r].append(n)
+        load[r] += n
+    return shares
+
+
+def _optimizer_bytes(numels: list[int], all_numels: list[int], c, precision: Precision) -> int:
+    """State of the parameters `numels` (this replica's ZeRO shard, or all), masters of all."""
+    state = 4  # the optimizer steps fp32 (the masters in low precision, the parameters in fp32)
+    o = c.optimizer
+    if o.name == "adamw":
+        per = 2 * state * sum(numels) + 4 * len(numels)  # two moments and a step counter per tensor
+    else:
+        per = state * sum(numels) if o.momentum > 0 else 0
+    return per + (4 * sum(all_numels) if precision.master_weights else 0)
+
+
+def theory_per_rank(plan) -> list[RankBytes]:
+    """One RankBytes per global rank (replica * pp + pipeline rank)."""
+    c = plan.config
+    precision = Precision(c.dtype)
+    numels = _param_counts(plan)
+    out = []
+    for g in range(plan.world):
+        prank, replica = g % c.pp, g // c.pp
+        mine = [s for s, r in plan.stage_rank.items() if r == prank]
+        tensors = [n for s in mine for n in numels[s]]
+        params = precision.bytes * sum(tensors)
+        # ZeRO partitions each stage's DDP module's parameters across its replicas, the stages
+        # of a rank together in one optimizer
+        shard = _zero_shares(tensors, c.dp)[replica] if c.zero else tensors
+        optimizer = _optimizer_bytes(shard, tensors, c, precision)
+        acts = {s: stage_activations(plan, s) for s in mine}
+        held_peak, live_peak = _replay(plan.schedule[prank], acts, {s: precision.bytes * sum(numels[s]) for s in mine})
+        out.append(RankBytes(params, params, optimizer, held_peak, params + optimizer + live_peak))
+    return out
+
+
+def _replay(actions, acts: dict[int, StageActivations], grads: dict[int, int]) -> tuple[int, int]:
+    """(largest activations held, largest activations + gradients + recompute live) over the
+    rank's actions in order. A (stage, microbatch) is held from its F to its B, or to its W
+    for a split backward (what the deferred weight gradient keeps); a stage's gradients are
+    live from its first backward on."""
+    held = live_grads = held_peak = live_peak = 0
+    grad_on: set[int] = set()
+    for a in actions:
+        s = a.stage
+        if a.kind is Kind.F:
+            held += acts[s].kept
+        else:
+            if a.kind in (Kind.B, Kind.I):
+                live_peak = max(live_peak, held + live_grads + acts[s].recompute)
+                if s not in grad_on:
+                    grad_on.add(s)
+                    live_grads += grads[s]
+            if a.kind in (Kind.B, Kind.W):
+                held -= acts[s].kept
+        held_peak = max(held_peak, held)
+        live_peak = max(live_peak, held + live_grads)
+    return held_peak, live_peak

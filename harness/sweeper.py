@@ -1,0 +1,229 @@
+"""The default sweeper (`hydra/sweeper: harness`, registered by hydra_plugins/harness_sweeper):
+Hydra's basic sweeper, plus two things.
+
+1. Every point is checked before the first job runs: composed, typed (`to_config`) and planned
+   (`plan.make_plan`, which raises ConfigError in one line). A sweep with points that cannot
+   run lists them, one line each (the point's swept overrides and why), runs nothing and exits
+   2; with `skip_invalid=true` it lists them as skipped and runs the others (job numbers stay
+   the points' own, so `<n>_...` means the same point with or without skipping).
+2. Each point's config is composed cheaply. Hydra composes a job's config from scratch
+   (defaults list, every YAML file, the merge: ~0.1 s) and the basic sweeper does it twice per
+   job (once to check the batch, once to launch it). Points that differ from one already
+   composed only in plain `key=value` overrides (not a config group, not `+`/`~`, not
+   `hydra.*`) are that config, copied, with those values set as Hydra sets them; the rest are
+   composed by Hydra. Both give the same config (tests/test_cli.py compares them).
+
+Imported by Hydra's plugin scan at every start (tab completion included): heavy imports
+(torch, the planner) happen inside `sweep`.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any, Sequence
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.plugins.sweeper import Sweeper as HydraSweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+
+class State:
+    """What the running sweep decided, for the progress and summary callbacks."""
+
+    total: int | None = None  # jobs it will launch
+    skipped: list[str] = []  # "[overrides] why", one per point skipped (skip_invalid=true)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.total, cls.skipped = None, []
+
+
+class FastComposer:
+    """A config loader whose `load_sweep_config` reuses configs it composed before (see the
+    module's doc); every other member is the wrapped loader's."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._parser = OverridesParser.create()
+        self._templates: dict[tuple, tuple[DictConfig, list[Override]]] = {}
+        self._kept: dict[tuple, DictConfig] = {}
+        self.composed = self.copied = 0  # how many of each (tests, timing)
+
+    KEEP = 256  # checked configs kept for launch; a larger sweep composes the rest again (cheaply)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def keep(self, overrides: Sequence[str], cfg: DictConfig) -> None:
+        """`cfg` is what `load_sweep_config` returns next for these overrides (once)."""
+        if len(self._kept) < self.KEEP:
+            self._kept[tuple(overrides)] = cfg
+
+    def _plain(self, o: Override) -> bool:
+        """A value override that changes nothing but the value it sets."""
+        return (o.type == OverrideType.CHANGE and o.package is None and not o.is_hydra_override()
+                and not o.is_sweep_override() and "/" not in o.key_or_group
+                and not self._loader.repository.group_exists(o.key_or_group))
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: Sequence[str]) -> DictConfig:
+        overrides = list(sweep_overrides)
+        kept = self._kept.pop(tuple(overrides), None)
+        if kept is not None:
+            return kept
+        parsed = self._parser.parse_overrides(overrides)
+        shape = (id(master_config),) + tuple(("v", o.key_or_group) if self._plain(o) else ("s", o.input_line)
+                                             for o in parsed)
+        hit = self._templates.get(shape)
+        if hit is not None:
+            base, base_parsed = hit
+            changed = [o for o, b in zip(parsed, base_parsed) if o.input_line != b.input_line]
+            keys = [o.key_or_group for o in parsed]
+            if all(keys.count(o.key_or_group) == 1 for o in changed):
+                return self._copy(master_config, base, parsed, changed)
+        cfg = self._loader.load_sweep_config(master_config, overrides)
+        self.composed += 1
+        self._templates[shape] = (copy.deepcopy(cfg), parsed)
+        return cfg
+
+    def _copy(self, master: DictConfig, base: DictConfig, parsed: list[Override],
+              changed: list[Override]) -> DictConfig:
+        cfg = copy.deepcopy(base)
+        ConfigLoaderImpl._apply_overrides_to_config(changed, cfg)  # as composition applies them
+        app = [o for o in parsed if not o.is_hydra_override()]
+        with open_dict(cfg.hydra), read_write(cfg.hydra):
+            cfg.hydra.overrides.task = [o.input_line for o in app]
+            od = cfg.hydra.job.config.override_dirname
+            cfg.hydra.job.override_dirname = get_overrides_dirname(overrides=app, kv_sep=od.kv_sep,
+                                                                   item_sep=od.item_sep,
+                                                                   exclude_keys=od.exclude_keys)
+        OmegaConf.copy_cache(from_config=master, to_config=cfg)
+        self.copied += 1
+        return cfg
+
+
+def shown(point: Sequence[str], varying: set[int]) -> str:
+    """The point as its swept overrides (all of them when nothing varies)."""
+    picked = [o for i, o in enumerate(point) if i in varying] or list(point)
+    return " ".join(picked) or "defaults"
+
+
+class Sweeper(BasicSweeper):
+    """See the module's doc. Hydra instantiates it as hydra_plugins.harness_sweeper.HarnessSweeper."""
+
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
+        # BasicSweeper.__init__'s own, without its super(BasicSweeper, self): Hydra's plugin scan
+        # re-executes hydra._internal.core_plugins, which rebinds that name to a new class when
+        # this module was imported first (a test, a callback)
+        HydraSweeper.__init__(self)
+        self.overrides = None
+        self.batch_index = 0
+        self.max_batch_size = max_batch_size
+        self.params = params or {}
+        self.hydra_context = None
+        self.config = None
+        self.launcher = None
+        self._hydra_set = False
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.composer = FastComposer(hydra_context.config_loader)
+        super().setup(hydra_context=HydraContext(config_loader=self.composer,  # type: ignore[arg-type]
+                                                 callbacks=hydra_context.callbacks),
+                      task_function=task_function, config=config)
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Every point was composed and planned before the first job (`sweep`)."""
+
+    def problem(self, index: int, point: Sequence[str], cuda_devices: int) -> str | None:
+        """Why this point cannot run (one line), or None."""
+        from hydra.core.hydra_config import HydraConfig
+
+        from harness import cli
+        from harness.cli import hydra_problem
+        from harness.config import ConfigError, to_config
+        from harness.plan import make_plan
+
+        try:
+            cfg = self.composer.load_sweep_config(self.config, list(point))
+            with open_dict(cfg):
+                cfg.hydra.job.num = cfg.hydra.job.id = index
+            if not self._hydra_set:  # what ${hydra:...} reads while checking (the first point's; each job sets its own)
+                HydraConfig.instance().set_config(copy.deepcopy(cfg))
+                self._hydra_set = True
+            make_plan(to_config(cfg, cwd=cfg.hydra.runtime.cwd), cuda_devices)
+            self.composer.keep(point, cfg)  # launched as checked, not composed again
+        except ConfigError as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - composition (Hydra, OmegaConf) or planning: one line either way
+            if cli.FULL_ERRORS:  # debug=true or HYDRA_FULL_ERROR=1: the whole error, as for one job
+                raise
+            return hydra_problem(e, list(point))
+        return None
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        State.reset()
+        params = self._parse_config() + list(arguments)
+        parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
+        points = [p for batch in self.split_arguments(parsed, None) for p in batch]
+        varying = {i for i in range(len(points[0]) if points else 0) if len({p[i] for p in points}) > 1}
+
+        cuda = cuda_devices()
+        if len(points) >= 100:
+            print(f"[harness] planning {len(points)} sweep points before the first job", flush=True)
+        bad = [(i, p, why) for i, p in enumerate(points) if (why := self.problem(i, p, cuda)) is not None]
+        skip = bool(OmegaConf.select(self.config, "skip_invalid", default=False))
+        if bad and not skip:
+            for _, p, why in bad:
+                print(f"harness: error: [{shown(p, varying)}] {why}", file=sys.stderr)
+            rest = len(points) - len(bad)
+            print(f"harness: error: {len(bad)} of {len(points)} sweep points cannot run; nothing ran"
+                  + (f" (skip_invalid=true runs the other {rest})" if rest else ""), file=sys.stderr, flush=True)
+            sys.exit(2)
+        for _, p, why in bad:
+            State.skipped.append(f"[{shown(p, varying)}] {why}")
+            print(f"harness: skipped: [{shown(p, varying)}] {why}", file=sys.stderr)
+        if bad:
+            print(f"harness: skipping {len(bad)} of {len(points)} sweep points that cannot run (skip_invalid=true)",
+                  file=sys.stderr, flush=True)
+        State.total = len(points) - len(bad)
+
+        from pathlib import Path
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        skipped = {i for i, _, _ in bad}
+        returns = []
+        for start, segment in segments(points, skipped, self.max_batch_size):
+            results = self.launcher.launch(segment, initial_job_idx=start)
+            for r in results:
+                _ = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
+            returns.append(results)
+        return returns
+
+
+def segments(points: list[Sequence[str]], skipped: set[int], max_batch: int | None) -> list[tuple[int, list]]:
+    """(first job number, points) for each run of consecutive points to launch: skipped points
+    keep their numbers, and batches are at most max_batch long (None or -1: no limit)."""
+    out: list[tuple[int, list]] = []
+    for i, p in enumerate(points):
+        if i in skipped:
+            continue
+        last = out[-1] if out else None
+        if last and last[0] + len(last[1]) == i and (max_batch in (None, -1) or len(last[1]) < max_batch):
+            last[1].append(p)
+        else:
+            out.append((i, [p]))
+    return out
+
+
+def cuda_devices() -> int:
+    """GPUs here, as a job plans with them (torch.cuda.device_count(): NVML, no CUDA context)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,0 +1,312 @@
+"""The command line: every bad input is one line, `harness: error: <key>=<value>: <what is
+allowed>`, exit 2, before any process or allocation; a sweep plans every point first; Hydra's
+own features (tab completion, --config-dir presets, interpolations, quoted values) work;
+relative paths are the user's; long sweeps get short job directories.
+
+Every case but one runs `harness.cli.main()` in this process (a subprocess costs ~4 s); the
+last runs the installed `harness` script from another directory. `microbatches=1000000000`
+is refused in milliseconds: were the cap checked after building the schedule, that case
+alone would take minutes and gigabytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness import cli
+from harness.config import job_dirname, schema_keys
+from harness.jsonsafe import strict
+from harness.report.runs import run_id
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["wandb.mode=disabled", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled", "hydra.output_subdir=null"]
+
+
+def harness(monkeypatch, capsys, *args: str, argv0: str = "harness") -> tuple[int, str, str]:
+    """`harness ARGS` in this process: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", [argv0, *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_profile(path: Path, layers: int = 8, **bad: object) -> str:
+    """A per-layer profile for the default mlp, with `bad` set in layer 0's entry at B=4."""
+    entry = {"fwd_s": 1e-3, "bwd_s": 2e-3, "fwd_flops": 1e6}
+    rows = [{"index": i, "kind": "linear", "params": 100, "by_microbatch": {"4": dict(entry, **(bad if i == 0 else {}))}}
+            for i in range(layers)]
+    path.write_text(json.dumps({"layers": rows}))  # json writes NaN / Infinity, as a sloppy profiler would
+    return path.name
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "random.csv").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "idle_rank.csv").write_text("0F0,1F0,1B0,0B0\n\n")
+    for name, bad in [("nan.json", {"fwd_s": float("nan")}), ("negative.json", {"fwd_s": -1.0})]:
+        write_profile(tmp_path / name, **bad)
+    return tmp_path
+
+
+BAD = [
+    # the schema (struct mode): unknown keys with a did-you-mean, types, Hydra's own errors
+    (["ppp=2"], "ppp=2: unknown key (did you mean pp?)"),
+    (["+typo=1"], "typo=1: unknown key"),
+    (["+model.hiden=3"], "model.hiden=3: unknown key (did you mean model.hidden?)"),
+    (["pp=abc"], "pp=abc: must be an integer"),
+    (["pp=[1,2]"], "pp=[1,2]: must be an integer"),
+    (["checkpointing=maybe"], "checkpointing=maybe: must be true or false"),
+    (["model.kwargs=3"], "model.kwargs=3: must be a dict"),
+    (["wandb=3"], "wandb=3: is a group of keys, not a value (set one of them: mode, project, entity)"),
+    (["schedule=nope"], "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, gpipe, interleaved_1f1b, zb_h1, zbv)"),
+    (["experiment=nope"], "experiment=nope: unknown (allowed: balance, bubble,"),
+    (["+scenario=nope"], "+scenario=nope: unknown (allowed: cpu_real, h200_emulated)"),
+    (["hydra/launcher=nope"], "hydra/launcher=nope: unknown (allowed: basic, slurm,"),
+    (["pp=[1,2"], "pp=[1,2: not an override Hydra can parse"),
+    (["pp=2,4"], "pp=2,4: several values need -m to sweep them (one list: pp=[2,4]; one string: pp='2,4')"),
+    (["+pp=3"], "+pp=3: pp is already set: drop the + to change it"),
+    (["hydra.job.chdirr=true"], "hydra.job.chdirr=true: unknown Hydra key"),
+    (["microbatches=${nope}"], "microbatches=${nope}: no key nope to interpolate"),
+    (["hydra.run.dir=/proc/x"], "hydra.run.dir=/proc/x: cannot create /proc/x"),
+    # values the schema takes but no run can use
+    (["pp=0"], "pp=0: must be an integer >= 1"),
+    (["microbatches=0"], "microbatches=0: must be an integer >= 1"),
+    (["microbatch_size=-1"], "microbatch_size=-1: must be an integer >= 1"),
+    (["pp=12"], "pp=12: 12 stages, more than the model's 8 layers"),
+    (["schedule=dualpipev", "microbatches=2"], "microbatches=2: dualpipev needs at least 2 * pp = 8"),
+    (["microbatches=1000000000"], "microbatches=1000000000: pp=4 x 1 chunks x 1000000000 microbatches x 3 = "
+                                  "12,000,000,000 schedule actions, more than 1,000,000 (allowed: microbatches <= 83333)"),
+    (["microbatch_size=1000000000"], "microbatch_size=1000000000: the step's activations"),
+    (["model.hidden=1000000000"], "model.hidden=1000000000: the step's activations"),
+    (["model=gpt", "model.seq=1000000000"], "model.seq=1000000000: the step's activations"),
+    (["model.layers=100000000", "pp=2"], "model.layers=100000000: 6,579,200,000,000 parameters"),
+    (["lr=nan"], "lr=nan: must be a finite number"),
+    (["timeout_s=nan"], "timeout_s=nan: must be a finite number"),
+    (["timeout_s=1e-9"], "timeout_s=1e-09: must be at least 1 s"),
+    (["cost.fwd_ms_per_layer=nan"], "cost.fwd_ms_per_layer=nan: must be a finite number"),
+    (["cost.bwd_over_fwd=-1"], "cost.bwd_over_fwd=-1.0: must be >= 0"),
+    (["comm.latency_s=inf"], "comm.latency_s=inf: must be a finite number"),
+    (["comm.bandwidth_Bps=-1"], "comm.bandwidth_Bps=-1.0: must be >= 0"),
+    (["seed=1e20"], "seed=1e20: must be an integer"),
+    (["seed=100000000000000000000"], "seed=100000000000000000000: must be an integer in 0..9223344366820"),
+    (["fault=raise@rank9,step2"], "fault=raise@rank9,step2: rank or step outside this run"),  # unquoted, as the README
+    # files that are not what they claim
+    (["schedule=csv", "schedule.csv_path=random.csv"], "random.csv: schedule CSV: not UTF-8 text (byte 128 is 0x80)"),
+    (["schedule=csv", "schedule.csv_path=idle_rank.csv", "pp=2", "microbatches=1"],
+     "idle_rank.csv: schedule CSV row 2 (rank 1): no actions"),
+    (["partition=profile", "profile=nan.json"], "nan.json: layer 0, microbatch size 4: fwd_s=nan (allowed: a finite"),
+    (["partition=profile", "profile=negative.json"], "negative.json: layer 0, microbatch size 4: fwd_s=-1.0"),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, files, args, expected):
+    monkeypatch.chdir(files)
+    code, out, err = harness(monkeypatch, capsys, *args, *QUIET, "executor=native")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("harness: error: ") and expected in lines[0], lines[0]
+    assert "Traceback" not in err and "harness: records" not in out
+    assert not list(files.rglob("trace.json"))  # no worker ran
+
+
+def test_debug_shows_the_full_error(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception, match="Error merging override pp=abc"):
+        harness(monkeypatch, capsys, "pp=abc", "debug=true")
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(Exception, match="Could not override 'ppp'"):
+        harness(monkeypatch, capsys, "ppp=2")
+    assert os.environ["HYDRA_FULL_ERROR"] == "1"  # restored as it was
+
+
+def test_every_schema_key_is_typed():
+    keys = schema_keys()
+    assert {"pp", "skip_invalid", "model.hidden", "cost.time_scale", "wandb.mode"} <= set(keys)
+
+
+# --- sweeps: every point planned before the first job ------------------------------------
+
+SIM = ["executor=sim", "steps=1", "warmup_steps=0", *QUIET]
+
+
+def test_a_sweep_with_a_bad_point_runs_nothing_and_lists_it(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = harness(monkeypatch, capsys, "-m", "pp=2,9", "microbatches=1,2", *SIM,
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("harness: ")]
+    assert lines == [
+        "harness: error: [pp=9 microbatches=1] pp=9: 9 stages, more than the model's 8 layers (allowed: pp x chunks "
+        "per rank <= 8, or raise model.layers)",
+        "harness: error: [pp=9 microbatches=2] pp=9: 9 stages, more than the model's 8 layers (allowed: pp x chunks "
+        "per rank <= 8, or raise model.layers)",
+        "harness: error: 2 of 4 sweep points cannot run; nothing ran (skip_invalid=true runs the other 2)"]
+    assert not list((tmp_path / "sweep").rglob("result.json")) and "[harness] job" not in out
+
+
+def test_skip_invalid_runs_the_rest_and_lists_what_it_skipped(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    code, out, err = harness(monkeypatch, capsys, "-m", "pp=9,2", "microbatches=1,2", "skip_invalid=true", *SIM,
+                             f"hydra.sweep.dir={sweep}")
+    assert code == 0, err
+    assert "harness: skipped: [pp=9 microbatches=1] pp=9: 9 stages" in err
+    assert "harness: skipping 2 of 4 sweep points that cannot run (skip_invalid=true)" in err
+    records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("result.json")}
+    assert sorted(run_id({"_dir": d}) for d in records) == ["2", "3"]  # the points' own numbers
+    assert all(r["status"] == "ok" for r in records.values())
+    assert "job 1/2 " in out and "2 ok, 2 skipped" in out
+
+
+def test_a_composition_error_in_one_point_is_listed(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = harness(monkeypatch, capsys, "-m", "schedule=gpipe,nope", "pp=abc,2", *SIM,
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 2
+    assert "harness: error: [schedule=gpipe pp=abc] pp=abc: must be an integer" in err
+    assert "harness: error: [schedule=nope pp=2] schedule=nope: unknown (allowed: 1f1b," in err
+    assert "3 of 4 sweep points cannot run" in err
+
+
+def test_copied_configs_equal_composed_ones():
+    """The sweeper's shortcut (a composed config, copied, with only values changed) gives
+    Hydra's own composition, job directory name and overrides included."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from harness.config import register
+    from harness.sweeper import FastComposer
+
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="harness.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().hydra.config_loader
+        master = loader.load_configuration("config", ["hydra.sweep.dir=/tmp/x", "executor=sim"], RunMode.MULTIRUN)
+        fast = FastComposer(loader)
+        points = [["schedule=gpipe", f"microbatches={m}", f"pp={p}", "cost.time_scale=2.0"]
+                  for p, m in ((2, 1), (4, "${pp}"), (4, 3))] + [["schedule=1f1b", "microbatches=5", "pp=2",
+                                                                   "cost.time_scale=2.0"]]
+        for point in points:
+            ours, hydras = fast.load_sweep_config(master, point), loader.load_sweep_config(master, point)
+            assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(hydras), point
+        assert (fast.composed, fast.copied) == (2, 2)
+
+
+# --- Hydra's own: completion, presets, interpolation, quoting ------------------------------
+
+def test_tab_completion(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = harness(monkeypatch, capsys, "-sc", "install=bash", argv0=str(ROOT / "harness" / "__main__.py"))
+    assert code == 0 and "complete -o nospace -o default -F hydra_bash_completion python" in out
+    assert 'helper="${words[0]} -m harness"' in out  # python -m harness completes too
+    monkeypatch.setenv("COMP_LINE", "python -m harness schedule=g")
+    code, out, _ = harness(monkeypatch, capsys, "-sc", "query=bash")
+    assert code == 0 and out.split() == ["schedule=gpipe"]
+    monkeypatch.setenv("COMP_LINE", "harness model.hid")
+    assert harness(monkeypatch, capsys, "-sc", "query=bash")[1].split() == ["model.hidden="]
+
+
+def test_config_dir_presets_interpolation_and_quotes(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "model").mkdir()
+    (tmp_path / "mine" / "experiment" / "mine.yaml").write_text("# @package _global_\nexecutor: sim\npp: 2\n")
+    (tmp_path / "mine" / "model" / "tiny.yaml").write_text("# @package model\nname: mlp\nlayers: 4\nhidden: 16\n")
+    code, out, err = harness(monkeypatch, capsys, "--config-dir", "mine", "experiment=mine", "model=tiny",
+                             "microbatches=${pp}", "wandb.project='my study, v2'", "steps=1", *QUIET,
+                             f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 0, err
+    c = json.loads((tmp_path / "run" / "result.json").read_text())["config"]
+    assert (c["executor"], c["pp"], c["microbatches"], c["model"]["layers"], c["wandb"]["project"]) == \
+        ("sim", 2, 2, 4, "my study, v2")
+    code, _, err = harness(monkeypatch, capsys, "--config-dir", "mine", "experiment=other", *QUIET)
+    assert code == 2 and "experiment=other: unknown (allowed: balance, bubble, checkpointing, dp, memory, mine," in err
+
+
+def test_relative_paths_are_the_users_also_under_chdir(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "examples" / "my_model.py", tmp_path / "my_model.py")
+    (tmp_path / "s.csv").write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    write_profile(tmp_path / "p.json", layers=6)
+    code, _, err = harness(monkeypatch, capsys, "model=custom", "model.target=my_model.py:build", "schedule=csv",
+                           "schedule.csv_path=s.csv", "profile=p.json", "partition=profile", "pp=2",
+                           "microbatches=2", "executor=sim", "steps=1", "hydra.job.chdir=true", *QUIET,
+                           f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 0, err
+    c = json.loads((tmp_path / "run" / "result.json").read_text())["config"]
+    assert c["model"]["target"] == f"{tmp_path}/my_model.py:build"
+    assert (c["schedule"]["csv_path"], c["profile"]) == (str(tmp_path / "s.csv"), str(tmp_path / "p.json"))
+    assert Path.cwd() == tmp_path
+
+
+def test_long_sweeps_get_short_job_directories(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    many = [f"cost.{k}={v}" for k, v in [("fwd_ms_per_layer", 1.5), ("bwd_over_fwd", 2.5), ("fixed_fraction", 0.25),
+                                         ("weight_grad_share", 0.4), ("time_scale", 1.0), ("at_microbatch_size", 4)]]
+    many += ["comm.latency_s=0.0002", "comm.bandwidth_Bps=1000000000", "seed=3", "lr=0.02", "checkpoint_every=0",
+             "model.hidden=32", "wandb.project=" + "p" * 120, "microbatch_size=4"]
+    code, _, err = harness(monkeypatch, capsys, "-m", "microbatches=1,2", "pp=2", *many, *SIM,
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 0, err
+    jobs = sorted(p.parent.name for p in (tmp_path / "sweep").rglob("result.json"))
+    assert len(jobs) == 2 and all(len(j.encode()) <= 110 for j in jobs)
+    assert [run_id({"_dir": j}) for j in jobs] == ["0", "1"]
+
+
+def test_job_dirname():
+    assert job_dirname("microbatches=2,pp=4") == "microbatches=2,pp=4"
+    assert job_dirname("profile=data/x.json") == "profile=data-x.json"  # one directory per job
+    long = ",".join(f"key{i}=value{i}" for i in range(40))
+    short = job_dirname(long)
+    assert len(short.encode()) <= 100 and short.startswith("key0=value0,key1=value1")
+    assert short != job_dirname(long + ",x=1")  # the hash keeps points apart
+
+
+def test_quote_fault():
+    assert cli.quote_fault("fault=raise@rank1,step2") == "fault='raise@rank1,step2'"
+    assert cli.quote_fault("fault=raise@rank1,step0,kill@rank0,step0,null") == \
+        "fault='raise@rank1,step0','kill@rank0,step0',null"
+    assert cli.quote_fault("fault='raise@rank1,step2'") == "fault='raise@rank1,step2'"
+    assert cli.quote_fault("pp=2,4") == "pp=2,4"
+
+
+def test_strict_json_has_no_nan_or_infinity():
+    reasons: list[str] = []
+    obj = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "d": (2, "x"), "e": None}
+    out = strict(obj, reasons)
+    assert out == {"a": None, "b": [1.0, None, {"c": None}], "d": [2, "x"], "e": None}
+    assert json.dumps(out, allow_nan=False)
+    assert reasons == ["a: nan written as null (not a finite number)", "b[1]: inf written as null (not a finite number)",
+                       "b[2].c: -inf written as null (not a finite number)"]
+
+
+# --- the real command, installed, run elsewhere (one subprocess) --------------------------------
+
+def test_the_console_script_runs_elsewhere_with_relative_paths(tmp_path):
+    """`harness` from a directory outside the checkout: the config package, the sweeper
+    plugin and a relative profile are found; the record holds the absolute path."""
+    script = Path(sys.executable).parent / "harness"
+    if not script.exists():
+        pytest.skip("no harness console script in this environment (pip install -e .)")
+    write_profile(tmp_path / "p.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYDRA_FULL_ERROR")}
+    p = subprocess.run([str(script), "-m", "executor=sim", "partition=profile", "profile=p.json", "pp=2",
+                        "microbatches=2", "steps=1", "hydra.job.chdir=true", *QUIET, "hydra.sweep.dir=sweep"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    records = [json.loads(r.read_text()) for r in (tmp_path / "sweep").rglob("result.json")]
+    assert [(r["status"], r["config"]["profile"]) for r in records] == [("ok", str(tmp_path / "p.json"))]
