@@ -19,15 +19,18 @@ from harness.locks import Busy, DirLock
 from harness.plan import make_plan
 from harness.record import GANTT, RESULT, TRACE
 from harness.result import RecordError, read
-from harness.runtime.launch import torchrun_rank
+from harness.runtime.launch import external_rank
 
 register()
 
 
 def _cuda_devices() -> int:
+    """The GPUs this job's ranks have: this node's, times the nodes an external launcher spans."""
     import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from harness.runtime.cluster import world_cuda_devices
+
+    return world_cuda_devices(torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
@@ -79,7 +82,7 @@ def main(cfg: DictConfig) -> None:
     sweep = hc.mode == RunMode.MULTIRUN
     group = Path(hc.sweep.dir).name if sweep else "single"
     name = hc.job.override_dirname or "default"
-    rank = (torchrun_rank() or (0, 0))[0]
+    rank = (external_rank() or (0, 0))[0]  # torchrun's or a submitit task's rank; 0 when harness forks them
     if cfg.resume and (why := resume_skips(out, cfg)):
         print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
         return
@@ -104,5 +107,5 @@ def main(cfg: DictConfig) -> None:
         print(f"harness: note: {note}", flush=True)
     print(f"harness: {result.headline()}", flush=True)
     print(f"harness: records in {out}", flush=True)
-    if result.status != "ok" and not sweep:
+    if result.status not in ("ok", "skipped") and not sweep:
         sys.exit(1)

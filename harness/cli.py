@@ -29,12 +29,15 @@ FULL_ERRORS = False  # this run shows whole errors (debug=true or HYDRA_FULL_ERR
 
 def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str], str | None]:
     """Under torchrun every rank runs this app: rank 0 records the job in Hydra's output
-    directory; the others get a scratch directory and no logs. Sweeps are refused there
-    (each job would need a fresh world; use the SLURM launcher to spread a sweep)."""
+    directory; the others get a scratch directory and no logs. Sweeps are refused there (each
+    job would need a fresh world): a sweep across machines is `-m hydra/launcher=slurm`, which
+    gives each point its own allocation and starts its ranks as SLURM tasks (their scratch
+    directories are made by harness.runtime.cluster.SubmititJob, which never passes through here)."""
     if "RANK" not in env or "WORLD_SIZE" not in env:
         return argv, None
     if "-m" in argv or "--multirun" in argv:
-        return argv, "-m/--multirun under torchrun: run one job per torchrun (use hydra/launcher=slurm for sweeps)"
+        return argv, ("-m/--multirun under torchrun: run one job per torchrun (a sweep across machines: "
+                      "-m hydra/launcher=slurm, an allocation per point sized to its pp x dp)")
     if env["RANK"] == "0":
         return argv, None
     return argv + [f"hydra.run.dir=/tmp/harness-torchrun-{env.get('TORCHELASTIC_RUN_ID', 'run')}-rank{env['RANK']}",

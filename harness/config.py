@@ -44,6 +44,19 @@ P2P_MODES = ("auto", "eager", "safe")
 COMPUTE_MODES = ("auto", "real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
+DTYPE_NAMES = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class OptimizerConfig:
+    """torch's own optimizer, stepping fp32 (master copies in low precision: harness/optimizer.py)."""
+
+    name: str = "sgd"  # sgd | adamw
+    momentum: float = 0.0  # sgd: 0 keeps no state
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw: moment decay rates
+    eps: float = 1e-8  # adamw
+    weight_decay: float = 0.0  # sgd: L2; adamw: decoupled (AdamW's own)
 
 
 @dataclass
@@ -128,6 +141,7 @@ class Config:
     cost: CostConfig = field(default_factory=CostConfig)
     comm: CommConfig = field(default_factory=CommConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     pp: int = 4  # pipeline ranks N (one stage each)
     virtual_stages: int = 1  # model chunks per rank (interleaved_1f1b; zbv and dualpipev always 2)
     microbatches: int = 8  # M per step
@@ -146,7 +160,10 @@ class Config:
     warmup_steps: int = 1  # steps run before measuring (not in the metrics, losses kept)
     seed: int = 0  # model init and data
     repeat: int = 0  # a label, nothing else: sweep repeat=0,1,2 to see how much the same config varies run to run
-    lr: float = 0.01  # SGD learning rate
+    lr: float = 0.01  # the optimizer's learning rate
+    dtype: str = "fp32"  # fp32 | bf16 | fp16: parameters, activations, messages, gradients (fp32 masters in the optimizer)
+    zero: int = 0  # 0 | 1: ZeRO-1, each stage's optimizer state sharded across its dp replicas
+    memory_budget_gib: float | None = None  # per rank: each run says if it fits; a sweep skips points theory says cannot
     max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
     start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
     timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
@@ -342,6 +359,23 @@ def _at_least(key: str, value: float, low: float, what: str = "an integer") -> N
         raise ConfigError(f"{key}={value}: must be {what} >= {low}")
 
 
+def _check_optimizer(c: Config) -> None:
+    o = c.optimizer
+    for key in ("momentum", "eps", "weight_decay"):
+        value = getattr(o, key)
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"optimizer.{key}={value}: must be a finite number >= 0")
+    if len(o.betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in o.betas):
+        raise ConfigError(f"optimizer.betas={list(o.betas)}: must be two numbers in [0, 1)")
+    if c.zero not in (0, 1):
+        raise ConfigError(f"zero={c.zero}: unknown (allowed: 0, 1)")
+    if c.zero == 1 and c.dp == 1:
+        raise ConfigError("zero=1: shards optimizer state across data-parallel replicas, and dp=1 has none "
+                          "(allowed: zero=1 with dp > 1, or zero=0)")
+    if c.memory_budget_gib is not None and not (math.isfinite(c.memory_budget_gib) and c.memory_budget_gib > 0):
+        raise ConfigError(f"memory_budget_gib={c.memory_budget_gib}: must be a positive number of GiB")
+
+
 def validate(c: Config, cuda_devices: int = 0) -> None:
     """Everything a run needs that the schema cannot express, checked before any worker."""
     _one_of("schedule", c.schedule.name, SCHEDULES)
@@ -355,6 +389,9 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
     _one_of("device", c.device, DEVICES)
     _one_of("wandb.mode", c.wandb.mode, WANDB_MODES)
     _one_of("start_method", c.start_method, ("forkserver", "spawn"))
+    _one_of("dtype", c.dtype, DTYPE_NAMES)
+    _one_of("optimizer", c.optimizer.name, OPTIMIZERS)
+    _check_optimizer(c)
     for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "max_processes"):
         _at_least(key, getattr(c, key), 1)
     _at_least("warmup_steps", c.warmup_steps, 0)

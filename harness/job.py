@@ -12,26 +12,28 @@ import torch
 
 from harness.config import Config, ConfigError
 from harness.gantt import plot_gantt
-from harness.metrics import compute_metrics, grad_check
+from harness.metrics import compute_metrics, grad_check, over_budget
 from harness.plan import Plan, make_plan
+from harness.precision import Precision
 from harness.record import GANTT, RESULT, RUNNING, TRACE, environment, write_json_atomic, write_trace_json
 from harness.reference import reference_losses
 from harness.result import Metrics, RecordError, Result, read
 from harness.wandb_log import log_wandb
 from harness.runtime.faults import maybe_interrupt, parse_fault
-from harness.runtime.launch import Execution, WorkerError, from_reports, run_processes, run_torchrun, torchrun_rank
+from harness.runtime.launch import Execution, WorkerError, external_rank, from_reports, run_external, run_processes
 from harness.runtime.registry import get_executor
 
 
 def execute(plan: Plan, pids: list[int], out_dir: Path | None = None) -> Execution | None:
-    """The plan through its executor (a lookup in the registry); None on a torchrun rank
-    other than 0 (rank 0 records the job). While workers run, <out_dir>/running.json names
-    this process and them (what to look for if a job seems stuck; tests wait on it)."""
+    """The plan through its executor (a lookup in the registry); None on a rank other than 0
+    of an external launcher (torchrun, SLURM/submitit: rank 0 records the job). While workers
+    run, <out_dir>/running.json names this process and them (what to look for if a job seems
+    stuck; tests wait on it)."""
     executor = get_executor(plan.config.executor)
     if executor.run is not None:
         return executor.run(plan, pids)
-    if torchrun_rank() is not None:
-        reports = run_torchrun(plan, executor.runner)
+    if external_rank() is not None:
+        reports = run_external(plan, executor.runner)
         return None if reports is None else from_reports(reports)
 
     def started(workers: list[int]) -> None:
@@ -44,7 +46,8 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None) -> Executi
 def measure(plan: Plan, run: Execution) -> Metrics:
     metrics = compute_metrics(plan, run)
     if plan.config.verify_grads:  # replica 0's: after the all-reduce every replica holds the same
-        grads = {k: torch.from_numpy(v) for r in run.reports[:plan.config.pp] for k, v in (r.grads or {}).items()}
+        scale = Precision(plan.config.dtype).loss_scale  # fp16's: the reference's are unscaled
+        grads = {k: torch.from_numpy(v) / scale for r in run.reports[:plan.config.pp] for k, v in (r.grads or {}).items()}
         metrics.grad_check = grad_check(grads, reference_losses(plan.config)[1])
     return metrics
 
@@ -83,7 +86,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     result = Result("failed", None, asdict(c), worker_pids=pids)
     (out_dir / RESULT).unlink(missing_ok=True)  # a rerun's earlier record no longer describes this directory
     started = time.time()
-    rank0 = (torchrun_rank() or (0, 0))[0] == 0
+    rank0 = (external_rank() or (0, 0))[0] == 0
 
     def fail(status: str, error: str) -> Result:
         result.status, result.error, result.wall_s = status, error, time.time() - started
@@ -98,9 +101,13 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         plan = make_plan(c, cuda_devices)
         result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
         result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
+        if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
+            result.status, result.error, result.wall_s = "skipped", why, time.time() - started
+            write_json_atomic(out_dir / RESULT, result.to_json())
+            return result
         run = execute(plan, pids, out_dir)
         if run is None:
-            return result  # a torchrun rank other than 0: rank 0 records the job
+            return result  # a torchrun/submitit rank other than 0: rank 0 records the job
         result.metrics = measure(plan, run)
         result.status, result.wall_s = "ok", time.time() - started
         write_records(out_dir, result, plan, run, group, name)

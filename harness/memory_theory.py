@@ -13,10 +13,11 @@ Sources, per component (bytes per parameter in brackets):
   ZeRO-1 steps full copies of the parameters it is given);
 - activations: the schedule's peak in-flight (stage, microbatch) pairs (replayed from the
   rank's action list: M for GPipe, N - rank for 1F1B) x the bytes one holds from its F to its
-  backward: what autograd saves, its kept input and output, counted by tracing the stage once
-  under FakeTensorMode (shapes, dtypes and storages, no memory), the way the runtime's meter
-  counts them (each storage once, parameters excluded); with checkpointing, what the
-  checkpoint keeps (segment inputs and the output);
+  backward: what autograd saves, its kept input and output, counted by running one microbatch
+  through the stage (real tensors for a small stage on CPU; FakeTensorMode otherwise: shapes,
+  dtypes and storages, no memory), the way the runtime's meter counts them (each storage
+  once, parameters excluded); with checkpointing, what the checkpoint keeps (segment inputs
+  and the output);
 - peak: parameters + optimizer state + the largest sum, over the rank's actions in order, of
   activations held and gradients live (they appear at the stage's first backward), plus with
   checkpointing one segment's recompute during a backward. Replay of the rank's own action
@@ -25,6 +26,7 @@ Sources, per component (bytes per parameter in brackets):
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -59,21 +61,34 @@ def stage_activations(plan, stage: int) -> StageActivations:
     c = plan.config
     a, b = plan.stage_layers[stage]
     model = get_model(c.model)
-    kept = _trace(model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c, c.checkpointing)
+    kept = _trace(model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c, c.checkpointing, plan.device)
     recompute = 0
     if c.checkpointing:  # the largest segment's saved bytes, materialised while its backward runs
         size = c.checkpoint_every or (b - a)
-        recompute = max(_trace(model, lo, min(b, lo + size), stage == 0 and lo == a, False, c, False)
+        recompute = max(_trace(model, lo, min(b, lo + size), stage == 0 and lo == a, False, c, False, plan.device)
                         for lo in range(a, b, size))
     return StageActivations(kept, recompute)
 
 
-def _trace(model, a: int, b: int, first: bool, last: bool, c, checkpointing: bool) -> int:
-    """Bytes one microbatch through layers [a, b) holds for its backward, under FakeTensorMode,
-    counted as the runtime's meter counts them."""
+REAL_TRACE_MAX_PARAMS = 64 * 2**20  # parameters a stage may have to be traced with real tensors on CPU
+
+
+def _trace(model, a: int, b: int, first: bool, last: bool, c, checkpointing: bool, device: str) -> int:
+    """Bytes one microbatch through layers [a, b) holds for its backward, counted as the
+    runtime's meter counts them. Traced with real tensors where the run is on CPU and the stage
+    is small (kernels then save exactly what the run's save: CPU attention saves other tensors
+    than the math a fake trace picks), else under FakeTensorMode (no memory at any size)."""
     precision, B = Precision(c.dtype), c.microbatch_size
-    with compat.fake_tensors():
-        layers = model.build_layers(a, b, c.seed).to(precision.dtype)
+    with torch.device("meta"):
+        numel = sum(p.numel() for p in model.build_layers(a, b, 0).parameters())
+    fake = device != "cpu" or numel > REAL_TRACE_MAX_PARAMS
+    default = torch.get_default_dtype()
+    with compat.fake_tensors() if fake else contextlib.nullcontext():
+        torch.set_default_dtype(precision.dtype)  # built in the dtype: .to() cannot convert fake parameters
+        try:
+            layers = model.build_layers(a, b, c.seed)
+        finally:
+            torch.set_default_dtype(default)
         params = {compat.storage_id(p) for p in layers.parameters()}
         held: dict[int, int] = {}
 

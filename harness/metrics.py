@@ -16,7 +16,9 @@ import torch
 from harness import theory
 from harness.model import get_model
 from harness.plan import Plan, layer_params
-from harness.result import Attribution, Bubble, GradCheck, Memory, Metrics
+from harness.precision import Precision
+from harness.memory_theory import theory_per_rank
+from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
 from harness.runtime.registry import get_executor
 from harness.schedules.ir import Kind
 from harness.simulate.cost import CostModel
@@ -176,7 +178,7 @@ def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
 
 
 def ring_allreduce_s(plan: Plan) -> float:
-    """Ring all-reduce of the largest pipeline rank's fp32 gradients over dp replicas:
+    """Ring all-reduce of the largest pipeline rank's gradients over dp replicas:
     2 (dp - 1) steps of latency, and 2 (dp - 1) / dp of the bytes over the link
     (Patarasuk & Yuan 2009), with comm.latency_s and comm.bandwidth_Bps."""
     c = plan.config
@@ -184,7 +186,7 @@ def ring_allreduce_s(plan: Plan) -> float:
     per_rank = defaultdict(int)
     for s, (a, b) in enumerate(plan.stage_layers):
         per_rank[plan.stage_rank[s]] += sum(params[a:b])
-    nbytes = 4 * max(per_rank.values())
+    nbytes = Precision(c.dtype).bytes * max(per_rank.values())  # gradients in the run's dtype
     return 2 * (c.dp - 1) * c.comm.latency_s + 2 * (c.dp - 1) / c.dp * nbytes / c.comm.bandwidth_Bps
 
 
@@ -202,6 +204,38 @@ def modeled_step(plan: Plan) -> Trace:
         for (rank, stage), e in last.items():  # the sync after the stage's last backward, no overlap
             one.append(Event(rank, 0, f"dp_sync {stage}", COMM, "dp_sync", stage, -1, e.end, e.end + sync))
     return one
+
+
+def memory_per_rank(plan: Plan, run: "Execution") -> dict:
+    """Every byte of every global rank, measured (what its runner accounted) beside theory,
+    and whether each fits memory_budget_gib."""
+    theory_bytes = [r.as_dict() for r in theory_per_rank(plan)]
+    measured = [r.memory_breakdown for r in run.reports] if run.reports else None
+    cuda = [r.cuda_memory for r in run.reports] if run.reports and all(r.cuda_memory for r in run.reports) else None
+    budget = None
+    if plan.config.memory_budget_gib is not None:
+        limit = int(plan.config.memory_budget_gib * 2**30)
+        use_measured = measured is not None and all(m and m.get("peak") is not None for m in measured)
+        peaks = [m["peak"] for m in measured] if use_measured else [t["peak"] for t in theory_bytes]
+        budget = Budget(limit, "measured" if use_measured else "theory", [p <= limit for p in peaks],
+                        [limit - p for p in peaks])
+    return {"measured_per_rank": measured, "theory_per_rank": theory_bytes, "cuda_per_rank": cuda, "budget": budget}
+
+
+def over_budget(plan: Plan) -> str | None:
+    """Why theory says this plan cannot fit memory_budget_gib (the fullest rank), or None."""
+    if plan.config.memory_budget_gib is None:
+        return None
+    limit = plan.config.memory_budget_gib * 2**30
+    ranks = theory_per_rank(plan)
+    worst = max(range(len(ranks)), key=lambda g: ranks[g].peak)
+    r = ranks[worst]
+    if r.peak <= limit:
+        return None
+    gib = lambda b: f"{b / 2**30:.3g} GiB"  # noqa: E731
+    return (f"memory_budget_gib={plan.config.memory_budget_gib}: theory puts rank {worst} at {gib(r.peak)} "
+            f"(params {gib(r.params)}, grads {gib(r.grads)}, optimizer {gib(r.optimizer)}, activations "
+            f"{gib(r.activations)} at peak)")
 
 
 def _inflight(plan: Plan, rank: int) -> int | None:
@@ -272,6 +306,7 @@ def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
             activation_bytes_per_microbatch_per_rank=[r.activation_bytes_per_microbatch for r in replica0]
             if metered else None,
             cuda_max_memory_allocated_per_rank=cuda if cuda and None not in cuda else None,
+            **memory_per_rank(plan, run),
         ),
         recompute_s=sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
         p2p_hop_s=hop,

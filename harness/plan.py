@@ -13,6 +13,7 @@ from harness.config import Config, ConfigError, validate
 from harness.model import Model, get_model
 from harness.model.partition import Partition, explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
+from harness.precision import Precision
 from harness.result import PlanRecord
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
@@ -49,7 +50,7 @@ class Plan:
         """The modeled costs with the configured P2P cost: what executor=sim runs on."""
         c = self.config
         shape = get_model(c.model).activation_shape(c.microbatch_size)
-        nbytes = 4 * math.prod(shape)  # fp32 activation / gradient between stages
+        nbytes = Precision(c.dtype).bytes * math.prod(shape)  # an activation / gradient between stages
         return replace(self.emulated_cost, p2p_latency_s=c.comm.latency_s, p2p_bandwidth_Bps=c.comm.bandwidth_Bps,
                        message_bytes=(nbytes,) * len(self.stage_layers))
 

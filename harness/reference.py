@@ -1,5 +1,5 @@
-"""Single-process full-batch reference: the same model, seed, data and optimizer as a
-pipeline run, with no pipeline. Every schedule must reproduce its losses and gradients."""
+"""Single-process full-batch reference: the same model, seed, data, precision and optimizer as
+a pipeline run, with no pipeline. Every schedule must reproduce its losses and gradients."""
 
 from __future__ import annotations
 
@@ -7,22 +7,24 @@ import torch
 
 from harness.config import Config
 from harness.model import get_model
+from harness.optimizer import Optimizer
+from harness.precision import Precision
 
 
 def reference_losses(c: Config) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """Losses of every step (warm-up included) and the last step's gradients by
+    """Losses of every step (warm-up included) and the last step's gradients (fp32) by
     parameter name ("layer.param") of one process running the whole global batch."""
     torch.set_num_threads(1)
-    model = get_model(c.model)
-    net = model.build_layers(0, model.num_layers, seed=c.seed)
-    opt = torch.optim.SGD(net.parameters(), lr=c.lr)
+    model, precision = get_model(c.model), Precision(c.dtype)
+    net = model.build_layers(0, model.num_layers, seed=c.seed).to(precision.dtype)
+    opt = Optimizer(list(net.parameters()), c.lr, c.optimizer, precision)
     losses, grads = [], {}
     for step in range(c.warmup_steps + c.steps):
         x, y = model.batch(c.seed, step, c.dp * c.microbatches * c.microbatch_size)  # the global batch
-        loss = model.loss(net(x), y)
-        loss.backward()
+        loss = model.loss(net(precision.cast(x)).float(), y)
+        (loss * precision.loss_scale).backward()
         losses.append(loss.item())
-        grads = {n: p.grad.clone() for n, p in net.named_parameters()}
+        grads = {n: p.grad.float() / precision.loss_scale for n, p in net.named_parameters()}
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
     return losses, grads

@@ -105,12 +105,27 @@ class Bubble:
 
 
 @dataclass
+class Budget:
+    bytes: int  # memory_budget_gib in bytes
+    source: str  # "measured" (the accounted peak) or "theory" (nothing measured: executor=sim)
+    fits_per_rank: list[bool]  # [global rank] peak <= budget
+    headroom_bytes_per_rank: list[int]  # [global rank] budget - peak (negative: over by that much)
+
+
+@dataclass
 class Memory:
-    """Activation memory (bytes held for a later backward); None where the executor cannot meter it."""
+    """Every byte of every rank. Activations: bytes held for a later backward. None where the
+    executor cannot meter it."""
     peak_activation_bytes_per_rank: list[int] | None  # [pipeline rank] of replica 0
     theory_peak_microbatches_per_rank: list[int | None]  # the schedule's in-flight (stage, microbatch) count
     activation_bytes_per_microbatch_per_rank: list[float] | None  # one (stage, microbatch)'s; chunked: one chunk's
     cuda_max_memory_allocated_per_rank: list[int] | None = None  # torch.cuda.max_memory_allocated, on CUDA
+    # [global rank] {params, grads, optimizer, activations, peak} bytes, largest over measured
+    # steps: measured (by accounting tensors, each storage once) and theory (harness/memory_theory.py)
+    measured_per_rank: list[dict[str, int | None]] | None = None
+    theory_per_rank: list[dict[str, int]] | None = None
+    cuda_per_rank: list[dict[str, int]] | None = None  # [global rank] torch.cuda allocated, reserved, max_allocated
+    budget: Budget | None = None  # memory_budget_gib: does each rank fit
 
 
 @dataclass
@@ -144,7 +159,7 @@ class Metrics:
 
 @dataclass
 class Result:
-    status: str  # ok | failed | interrupted
+    status: str  # ok | failed | interrupted | skipped (theory says it does not fit memory_budget_gib)
     error: str | None  # one line
     config: dict  # the resolved (and, once planned, the planned) config
     env: Env | None = None

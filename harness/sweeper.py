@@ -154,7 +154,10 @@ class Sweeper(BasicSweeper):
             if not self._hydra_set:  # what ${hydra:...} reads while checking (the first point's; each job sets its own)
                 HydraConfig.instance().set_config(copy.deepcopy(cfg))
                 self._hydra_set = True
-            make_plan(to_config(cfg, cwd=cfg.hydra.runtime.cwd), cuda_devices)
+            from harness.runtime.cluster import point_cuda_devices
+
+            # a SLURM point plans with the GPUs its allocation gives, not the login node's
+            make_plan(to_config(cfg, cwd=cfg.hydra.runtime.cwd), point_cuda_devices(cfg) or cuda_devices)
             self.composer.keep(point, cfg)  # launched as checked, not composed again
         except ConfigError as e:
             return str(e)

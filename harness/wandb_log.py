@@ -163,7 +163,8 @@ def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, pro
     `metrics` under its path joined by "/" (`bubble/measured`, `memory/peak_activation_bytes_per_rank`),
     lists kept whole as in result.json, plus `<key>/max` for each list of numbers (a scalar a
     chart can plot: the fullest or slowest rank, the worst step). History: `loss` per step,
-    warm-up included. Media: `gantt` (image), `stages` (table, one row per rank), and
+    warm-up included. Media: `gantt` (image), `stages` (table, one row per rank), `memory`
+    (table: every byte of every global rank, measured and theory), and
     trace.json as an artifact of type `trace`."""
     if mode == "disabled":
         return None
@@ -210,6 +211,13 @@ def summary_metrics(metrics: dict, prefix: str = "") -> dict:
         if k != "losses" and isinstance(v, list) and v and all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
             out[f"{prefix}{k}/max"] = max(v)
+        if k in ("measured_per_rank", "theory_per_rank") and isinstance(v, list) and v and isinstance(v[0], dict):
+            # per-rank byte breakdowns: the fullest rank's bytes of each part, as plottable scalars
+            # (`memory/measured_per_rank/peak/max`)
+            for part in v[0]:
+                values = [r.get(part) for r in v if isinstance(r, dict)]
+                if values and all(isinstance(x, (int, float)) for x in values):
+                    out[f"{prefix}{k}/{part}/max"] = max(values)
     return out
 
 
@@ -264,6 +272,14 @@ def _write_run(result: dict, out_dir: Path, group: str, name: str, mode: str, pr
                              peaks[rank] if peaks else None, op_s("F", stages), op_s("BIW", stages)])
             media["stages"] = wandb.Table(columns=["rank", "layers", "bubble_measured", "peak_activation_bytes",
                                                    "mean_fwd_s", "mean_bwd_s"], data=rows)
+        mem = m.get("memory") or {}
+        if mem.get("theory_per_rank"):  # every byte of every global rank, measured beside theory
+            parts = ("params", "grads", "optimizer", "activations", "peak")
+            measured = mem.get("measured_per_rank") or [{}] * len(mem["theory_per_rank"])
+            media["memory"] = wandb.Table(
+                columns=["global_rank", *parts, *(f"theory_{p}" for p in parts)],
+                data=[[g, *((meas or {}).get(p) for p in parts), *(theory[p] for p in parts)]
+                      for g, (meas, theory) in enumerate(zip(measured, mem["theory_per_rank"]))])
         if media:
             run.log(media)
         if (out_dir / TRACE).exists():

@@ -3,6 +3,13 @@
 
 {"device", "torch", "dtype", "model": {...}, "layers": [{"index", "kind", "params",
  "by_microbatch": {"<B>": {"fwd_s", "bwd_s", "fwd_flops", ["activation_bytes"]}}}]}
+
+Any model's profile drives the partitioners and compute=emulated of any stand-in model with
+the same number of layers. Keys beyond these are ignored, but for two the profiler writes
+when it expands one measured block to the whole model (harness/profile.py --blocks,
+--estimate): a layer's "copied_from" (its times are another layer's) and "estimated_from"
+(scaled from another layer's by FLOPs); load_profile says in `notes` how many layers were
+not measured themselves, so a run's record says its replay came from an expansion.
 """
 
 from __future__ import annotations
@@ -106,4 +113,29 @@ def load_profile(path: str | Path, microbatch_size: int, num_layers: int,
         sizes = ", ".join(sorted(layers[0]["by_microbatch"], key=int))
         notes.append(f"{key}: microbatch_size={microbatch_size} is outside the measured sizes ({sizes}): "
                      "its times are extrapolated linearly")
+    if notes is not None:
+        note = _expansion_note(layers)
+        if note:
+            notes.append(f"{key}: {note}")
     return out
+
+
+def _expansion_note(layers: list) -> str | None:
+    """What of the profile was not measured layer by layer (copied from a measured layer of
+    the same kind and size, or estimated from one by FLOPs); None when every layer was."""
+    def marked(field: str) -> list[tuple[int, object]]:
+        return [(i, lay.get(field)) for i, lay in enumerate(layers)
+                if isinstance(lay, dict) and isinstance(lay.get(field), int) and not isinstance(lay.get(field), bool)]
+
+    copied, estimated = marked("copied_from"), marked("estimated_from")
+    if not copied and not estimated:
+        return None
+    parts = []
+    if copied:
+        sources = sorted({s for _, s in copied})  # type: ignore[type-var]
+        parts.append(f"{len(copied)} of {len(layers)} layers copied from measured layer(s) "
+                     f"{', '.join(map(str, sources))}")
+    if estimated:
+        parts.append(f"layer(s) {', '.join(str(i) for i, _ in estimated)} estimated from a measured layer's "
+                     "times by FLOPs")
+    return "; ".join(parts) + " (python -m harness.profile --blocks/--estimate)"

@@ -16,7 +16,7 @@ from harness.report.figures import Figure, provenance
 from harness.report.gallery import gallery
 from harness.report.html import page
 from harness.report.load import Sweep
-from harness.report.memory import checkpointing_tradeoff, memory_per_rank
+from harness.report.memory import checkpointing_tradeoff, memory_breakdown, memory_per_rank, memory_vs_throughput
 from harness.report.runs import ok
 from harness.report.tables import summary, write_csv
 from harness.report.throughput import dp_scaling, throughput
@@ -88,8 +88,8 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
     return blocks
 
 
-FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, memory_per_rank, throughput,
-           checkpointing_tradeoff, dp_scaling)
+FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, memory_per_rank, memory_breakdown,
+           memory_vs_throughput, throughput, checkpointing_tradeoff, dp_scaling)
 
 
 def build_report(sweep: Sweep, out: Path) -> Path:

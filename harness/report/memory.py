@@ -96,3 +96,108 @@ def checkpointing_tradeoff(runs: list[dict], out: Path) -> Figure:
     a1.legend(fontsize=7)
     fig_.path = save(fig, out / "checkpointing.png", "Checkpointing: memory saved against step time lost", fig_.runs)
     return fig_
+
+
+PARTS = (("params", "parameters", "#4c72b0"), ("grads", "gradients", "#55a868"),
+         ("optimizer", "optimizer state", "#8172b2"), ("activations", "activations", "#dd8452"))
+
+
+def _breakdown(r: dict) -> tuple[list[dict] | None, list[dict] | None]:
+    mem = r["metrics"]["memory"]
+    return mem.get("measured_per_rank"), mem.get("theory_per_rank")
+
+
+def memory_breakdown(runs: list[dict], out: Path) -> Figure:
+    """Every byte of every rank for the sweep's richest runs: parameters, gradients, optimizer
+    state and activations stacked, measured (left bar) beside theory (right bar), the
+    accounted peak as a tick, memory_budget_gib as a red line."""
+    runs = [r for r in ok(runs) if _breakdown(r)[1]]
+    fig_ = Figure("Every byte of every rank",
+                  "Per global rank: parameters, gradients, optimizer state and activations held for backward, "
+                  "stacked; left bar measured (tensors accounted, each storage once), right bar theory "
+                  "(harness/memory_theory.py). Black ticks: the transient peak (measured, theory dashed). Red "
+                  "line: memory_budget_gib. Up to six runs, at the sweep's largest M.", [])
+    if not runs:
+        fig_.missing.append("no run with a memory breakdown (records from before it existed)")
+        return fig_
+    # the largest M first (where schedules differ most), then each schedule, checkpointing and ZeRO
+    picked = sorted(runs, key=lambda r: (-r["config"]["microbatches"], -r["config"]["pp"] * r["config"].get("dp", 1),
+                                         bool(r["config"].get("checkpointing")), r["config"].get("zero", 0),
+                                         schedule_order({r["config"]["schedule"]["name"]})[0], r["_dir"]))[:6]
+    if len(runs) > len(picked):
+        fig_.missing.append(f"runs {run_ids([r for r in runs if r not in picked])}: not drawn (six at most)")
+    fig_.runs = picked
+    fig, axes = plt.subplots(1, len(picked), figsize=(4.2 * len(picked), 4.2), squeeze=False)
+    for ax, r in zip(axes[0], picked):
+        measured, theory = _breakdown(r)
+        c = r["config"]
+        ranks = range(len(theory))
+        for offset, values, hatch in ((-0.2, measured, ""), (0.2, theory, "//")):
+            if not values:
+                continue
+            bottom = [0.0] * len(values)
+            for key, label, color in PARTS:
+                heights = [(v.get(key) or 0) / 2**20 for v in values]
+                ax.bar([g + offset for g in ranks], heights, 0.38, bottom=bottom, color=color, hatch=hatch,
+                       edgecolor="white", label=label if offset < 0 or not measured else None)
+                bottom = [b + h for b, h in zip(bottom, heights)]
+            peaks = [(v.get("peak") or 0) / 2**20 for v in values]
+            ax.plot([g + offset for g in ranks], peaks, "_", color="black", ms=16, mew=2,
+                    ls="none", label=None)
+        budget = r["metrics"]["memory"].get("budget")
+        if budget:
+            ax.axhline(budget["bytes"] / 2**20, color="red", lw=1.2, label="budget")
+        ax.set_xticks(list(ranks), [f"r{g}" for g in ranks], fontsize=7)
+        ax.set_title(f"{c['schedule']['name']} pp={c['pp']} dp={c.get('dp', 1)} M={c['microbatches']}\n"
+                     f"{c.get('optimizer', {}).get('name', 'sgd')} {c.get('dtype', 'fp32')} zero={c.get('zero', 0)} "
+                     f"ckpt={'on' if c.get('checkpointing') else 'off'}", fontsize=8)
+    axes[0][0].set_ylabel("MiB (left: measured, right: theory)")
+    axes[0][0].legend(fontsize=7)
+    fig_.path = save(fig, out / "memory_breakdown.png", fig_.title, picked)
+    return fig_
+
+
+def _pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other beats on both: less memory and more throughput."""
+    return [i for i, (m, t) in enumerate(points)
+            if not any((m2 <= m and t2 >= t) and (m2 < m or t2 > t) for m2, t2 in points)]
+
+
+def memory_vs_throughput(runs: list[dict], out: Path) -> Figure:
+    """One point per run: its fullest rank's peak bytes against its throughput; the Pareto
+    front (no run has both less memory and more throughput) joined and labelled."""
+    runs = [r for r in ok(runs) if _breakdown(r)[1]]
+    fig_ = Figure("Memory against throughput",
+                  "Each run at (peak bytes of its fullest rank, samples per second); measured peak where the run "
+                  "metered it, else theory (hollow). The line joins the Pareto front: the runs no other beats on "
+                  "both memory and speed, labelled with schedule, M, checkpointing and ZeRO.", runs)
+    if len(runs) < 2:
+        fig_.missing.append("fewer than two runs with a memory breakdown")
+        fig_.runs = []
+        return fig_
+
+    def peak(r: dict) -> tuple[float, bool]:
+        measured, theory = _breakdown(r)
+        if measured and all(m.get("peak") is not None for m in measured):
+            return max(m["peak"] for m in measured) / 2**20, True
+        return max(t["peak"] for t in theory) / 2**20, False
+
+    points = [(peak(r)[0], r["metrics"]["throughput_samples_s"]) for r in runs]
+    front = sorted(_pareto(points), key=lambda i: points[i][0])
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    for r, (m, t) in zip(runs, points):
+        ax.plot(m, t, "o", color="#4c72b0", mfc="#4c72b0" if peak(r)[1] else "none", ms=6)
+    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "-", color="#c44e52", lw=1.2,
+            label="Pareto front")
+    for i in front:
+        c = runs[i]["config"]
+        ax.annotate(f"{c['schedule']['name']} M={c['microbatches']} ckpt={'on' if c.get('checkpointing') else 'off'}"
+                    f" zero={c.get('zero', 0)}", points[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
+    ax.set(xlabel="peak memory of the fullest rank (MiB)", ylabel="throughput (samples/s)")
+    ax.set_xlim(left=0)
+    lo, hi = min(t for _, t in points), max(t for _, t in points)
+    ax.set_ylim(lo - 0.15 * (hi - lo or hi), hi + 0.15 * (hi - lo or hi))  # the spread, not the axis to 0
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig_.path = save(fig, out / "memory_vs_throughput.png", fig_.title, runs)
+    return fig_

@@ -1,4 +1,4 @@
-"""Run a plan's ranks as processes (forked here, or made by torchrun), collect their
+"""Run a plan's ranks as processes (forked here, or made by torchrun or submitit), collect their
 RankReports, always clean them up, and put their events on one timeline: an Execution."""
 
 from __future__ import annotations
@@ -144,21 +144,35 @@ def _end(procs: list, graceful: bool) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def torchrun_rank() -> tuple[int, int] | None:
-    """(rank, world size) when torchrun (or any launcher setting its env://) made this
-    process, else None."""
+def external_rank() -> tuple[int, int] | None:
+    """(rank, world size) when a launcher outside harness made this process one rank of the
+    job, else None: torchrun (or anything setting env://'s RANK, WORLD_SIZE and MASTER_ADDR), or
+    a task of a multi-task submitit job (SLURM, or submitit's local executor), for which
+    harness.runtime.cluster sets the same variables from submitit's job environment before
+    the job runs."""
     if "TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= set(os.environ):
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     return None
 
 
-def run_torchrun(plan: Plan, runner: str) -> list[RankReport] | None:
-    """This process is one of the ranks torchrun made: run it, gather every rank's report
-    on rank 0 over the process group. Rank 0 gets the reports, the others None."""
-    rank, world = torchrun_rank()
+def external_launcher() -> str:
+    """Who made this rank, for messages: torchrun, submitit, or "the launcher"."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    return os.environ.get("HARNESS_LAUNCHER", "the launcher")  # harness.runtime.cluster.LAUNCHER_ENV
+
+
+def run_external(plan: Plan, runner: str) -> list[RankReport] | None:
+    """This process is one of the ranks an external launcher made (`external_rank`): run it,
+    gather every rank's report on rank 0 over the process group. Rank 0 gets the reports, the
+    others None."""
+    rank, world = external_rank()
     if world != plan.world:
-        raise ConfigError(f"WORLD_SIZE={world} from torchrun, but pp={plan.config.pp} x dp={plan.config.dp} = "
-                          f"{plan.world} (launch pp x dp processes, e.g. --nproc-per-node {plan.world})")
+        who = external_launcher()
+        how = {"torchrun": f"launch pp x dp processes, e.g. --nproc-per-node {plan.world}",
+               "submitit": "hydra.launcher.ranks_as_tasks=true gives each point its pp x dp tasks"}
+        raise ConfigError(f"WORLD_SIZE={world} from {who}, but pp={plan.config.pp} x dp={plan.config.dp} = "
+                          f"{plan.world} ({how.get(who, 'launch pp x dp processes')})")
     try:
         try:
             payload: RankReport | str = run_rank(rank, plan, "env://", runner)
@@ -175,3 +189,6 @@ def run_torchrun(plan: Plan, runner: str) -> list[RankReport] | None:
         if isinstance(p, str):
             raise WorkerError(f"rank {r}: {p}")
     return gathered
+
+
+torchrun_rank, run_torchrun = external_rank, run_external  # their names before SLURM/submitit ranks

@@ -23,7 +23,9 @@ import torch
 import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); the forkserver pays once
 import torch.distributed as dist
 
+from harness.optimizer import Optimizer
 from harness.plan import Plan
+from harness.precision import Precision
 from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
 from harness.runtime.orphans import die_with_parent
@@ -39,6 +41,7 @@ class RankContext:
     device: torch.device
     tracer: Tracer
     layout: Layout
+    dp_group: Any = None  # this rank's data-parallel group (dp > 1), made before the runner
 
 
 @dataclass
@@ -47,6 +50,8 @@ class StepMemory:
     samples: list[tuple[int, int]]  # (ns, live bytes)
     peak: int
     microbatch_bytes: list[int]  # bytes one (stage, microbatch) held at the end of its F
+    peak_with_grads: int = 0  # the largest activations + gradients live at once in the step
+    recompute: int = 0  # checkpointing: one segment's recompute, accounted from the model's graph
 
 
 class Runner(Protocol):
@@ -75,6 +80,10 @@ class RankReport:
     # queue pickling shares tensor memory by file descriptor, which dies with the worker
     grads: dict[str, np.ndarray] | None = None
     cuda_max_memory_allocated: int | None = None
+    # bytes held by the rank, largest over measured steps: params, grads, optimizer, activations,
+    # peak (the accounted transient peak); a part this runner cannot meter is None
+    memory_breakdown: dict[str, int | None] | None = None
+    cuda_memory: dict[str, int] | None = None  # torch.cuda's allocated, reserved, max allocated
 
 
 def named_gradients(plan: Plan, layers_by_stage: dict[int, torch.nn.Module]) -> dict[str, torch.Tensor]:
@@ -100,7 +109,8 @@ def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
     already did)."""
     torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
     if plan.device == "cuda":
-        device = torch.device("cuda", rank % torch.cuda.device_count())
+        # this node's GPU for this rank: LOCAL_RANK under an external launcher, else the rank
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
@@ -110,20 +120,31 @@ def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
     return device
 
 
+def storage_bytes(tensors: Any) -> int:
+    """Bytes of the tensors' storages, each storage once."""
+    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
+            if isinstance(t, torch.Tensor) and t.numel()}
+    return sum(seen.values())
+
+
 def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankReport:
     """Joins the world as `rank`, builds the runner, runs every step. The caller owns the
     process group's teardown (torchrun gathers over it first)."""
     device = join_world(rank, plan, init_method)
     c = plan.config
     tracer = Tracer(clock_for(device))
-    runner: Runner = load_runner(runner_path)(RankContext(rank, plan, device, tracer, Layout(c.pp, c.dp)))
-    optimizer = torch.optim.SGD(runner.parameters(), lr=c.lr)
+    layout = Layout(c.pp, c.dp)
+    dp_group = layout.dp_group(rank)  # collective: before the runner's own groups, on every rank
+    runner: Runner = load_runner(runner_path)(RankContext(rank, plan, device, tracer, layout, dp_group))
+    params = runner.parameters()
+    optimizer = Optimizer(params, c.lr, c.optimizer, Precision(c.dtype), dp_group if c.zero else None)
     fault = parse_fault(c.fault)
     report = RankReport(rank, [], [])
     memory: list[tuple[int, int, int]] = []
     peaks: list[int] = []
     mb_bytes: list[int] = []
     metered = True
+    held = {"params": storage_bytes(params), "grads": 0, "optimizer": 0, "activations": None, "peak": None}
     total = c.warmup_steps + c.steps
     gc.disable()  # a collection pause inside a step is jitter; collect between steps instead
     gc.freeze()  # ...and only of what this rank made: not the heap forked from the forkserver (~0.7 s a pass)
@@ -136,10 +157,12 @@ def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankR
             tracer.start_step(step)
             report.losses.append(runner.run_step(step, drop))
             if c.verify_grads and step == total - 1:
-                report.grads = {k: v.numpy() for k, v in runner.gradients().items()}
+                report.grads = {k: v.float().numpy() for k, v in runner.gradients().items()}
+            grads = storage_bytes(p.grad for p in params)
+            state = optimizer.state_bytes()  # what the step held from the step before
             t0 = tracer.mark()
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             tracer.record("optim", COMPUTE, "optim", -1, -1, t0)
             tracer.finish_step()
             report.events += tracer.take()
@@ -147,9 +170,14 @@ def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankR
             metered = metered and mem is not None
             if mem is not None:
                 memory += [(step, t, b) for t, b in mem.samples]
-                if step >= c.warmup_steps:
+            if step >= c.warmup_steps:
+                held["grads"] = max(held["grads"], grads)
+                held["optimizer"] = max(held["optimizer"], optimizer.state_bytes())
+                if mem is not None:
                     peaks.append(mem.peak)
                     mb_bytes += mem.microbatch_bytes
+                    held["activations"] = max(held["activations"] or 0, mem.peak)
+                    held["peak"] = max(held["peak"] or 0, held["params"] + state + mem.peak_with_grads + mem.recompute)
     finally:
         gc.unfreeze()
         gc.enable()
@@ -158,8 +186,12 @@ def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankR
     if metered:
         report.memory, report.peak_activation_bytes = memory, max(peaks)
         report.activation_bytes_per_microbatch = sum(mb_bytes) / len(mb_bytes) if mb_bytes else 0.0
+    report.memory_breakdown = held
     if device.type == "cuda":
         report.cuda_max_memory_allocated = torch.cuda.max_memory_allocated(device)
+        report.cuda_memory = {"allocated": torch.cuda.memory_allocated(device),
+                              "reserved": torch.cuda.memory_reserved(device),
+                              "max_allocated": torch.cuda.max_memory_allocated(device)}
     return report
 
 

@@ -22,6 +22,8 @@ class MemoryMeter:
         self.held: dict[Hashable, dict[int, int]] = {}  # key -> {storage ptr: bytes}
         self.live = 0
         self.peak = 0
+        self.grads = 0  # gradient bytes live now (set by the runner after each backward)
+        self.peak_with_grads = 0  # the largest live + grads
         self.samples: list[tuple[int, int]] = []  # (perf_counter_ns, live bytes)
         self._key: Hashable | None = None
 
@@ -37,11 +39,16 @@ class MemoryMeter:
         self.live += held[ptr]
         if self.live > self.peak:
             self.peak = self.live
+        self.peak_with_grads = max(self.peak_with_grads, self.live + self.grads)
         self.samples.append((time.perf_counter_ns(), self.live))
 
     def release(self, key: Hashable) -> None:
         self.live -= sum(self.held.pop(key, {}).values())
         self.samples.append((time.perf_counter_ns(), self.live))
+
+    def set_grads(self, nbytes: int) -> None:
+        self.grads = nbytes
+        self.peak_with_grads = max(self.peak_with_grads, self.live + self.grads)
 
     def bytes_of(self, key: Hashable) -> int:
         return sum(self.held.get(key, {}).values())
@@ -59,4 +66,5 @@ class MemoryMeter:
 
     def reset_peak(self) -> None:
         self.peak = self.live
+        self.peak_with_grads = self.live + self.grads
         self.samples.clear()

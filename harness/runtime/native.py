@@ -23,7 +23,9 @@ from harness.model.checkpoint import CheckpointedStage
 from harness.model.split_linear import WeightGradStore, attach_store
 from harness.runtime.emulate import Emulator
 from harness.runtime.grad_sync import GradSync
-from harness.runtime.loop import RankContext, StepMemory, named_gradients
+from harness.memory_theory import stage_activations
+from harness.precision import Precision
+from harness.runtime.loop import RankContext, StepMemory, named_gradients, storage_bytes
 from harness.runtime.memory import MemoryMeter
 from harness.runtime.transport import GroupTransport, Message, Routes, edge_groups
 from harness.schedules.ir import Action, Kind
@@ -40,9 +42,11 @@ class NativeRunner:
         self.last_stage = len(plan.stage_layers) - 1
         self.store = WeightGradStore()
         self.layers: dict[int, nn.Module] = {}  # stage -> its layers, under any wrapper
+        self.precision = Precision(c.dtype)
         for s, r in plan.stage_rank.items():
             if r == self.prank:
-                self.layers[s] = self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device)
+                self.layers[s] = self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(
+                    device=device, dtype=self.precision.dtype)
                 attach_store(self.layers[s], self.store)
         self.meter = MemoryMeter(self.parameters())
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
@@ -51,11 +55,11 @@ class NativeRunner:
             self.modules = {s: CheckpointedStage(m, c.checkpoint_every, self.meter.keep, self._timed_recompute)
                             for s, m in self.modules.items()}
         # process groups: every rank creates every group, in one order (new_group is collective)
-        dp_group = ctx.layout.dp_group(ctx.rank)
+        dp_group = ctx.dp_group
         groups = edge_groups(plan.schedule, c.pp, c.dp, ctx.rank,
                              device if plan.backend == "nccl" else torch.device("cpu")) if plan.p2p == "safe" else {}
         net = GroupTransport(plan.p2p, self.replica, c.pp, plan.stage_rank, groups,
-                             self.model.activation_shape(c.microbatch_size), torch.float32, device, self.tracer,
+                             self.model.activation_shape(c.microbatch_size), self.precision.dtype, device, self.tracer,
                              c.p2p_single_tag, plan.backend)
         self.transport = Routes(plan.stage_rank, self.prank, net)
         self.sync = GradSync(dp_group, device, self.emulator, self.tracer) if c.dp > 1 else None
@@ -64,6 +68,10 @@ class NativeRunner:
         # the index of each stage's last backward in the action list: where DDP syncs
         self.last_backward = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I)}
         self.microbatch_bytes: list[int] = []
+        # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
+        # where the meter cannot see; accounted from the model's graph (harness/memory_theory.py)
+        self.recompute = max((stage_activations(plan, s).recompute for s in self.layers), default=0) \
+            if c.checkpointing else 0
 
     def parameters(self) -> list[torch.Tensor]:
         return [p for m in self.layers.values() for p in m.parameters()]
@@ -72,7 +80,12 @@ class NativeRunner:
         return named_gradients(self.plan, self.layers)
 
     def step_memory(self) -> StepMemory:
-        return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes))
+        return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes),
+                          self.meter.peak_with_grads, self.recompute)
+
+    def _grads_now(self) -> None:
+        """Tell the meter the gradient bytes now live (they appear with a stage's first backward)."""
+        self.meter.set_grads(storage_bytes(p.grad for p in self.parameters()))
 
     def _timed_recompute(self, key: Hashable, fn):
         """Checkpointing's recompute, traced as its own event (kind R, inside the B/I)."""
@@ -99,8 +112,9 @@ class NativeRunner:
         loss = None
         with self.meter.saving(key), GradSync.forward_context(self.modules[s]):
             y = self._call(s, x, key)
-            if last:
-                y = loss = self.model.loss(y, batch[mb][1]) / self.plan.config.microbatches
+            if last:  # in fp32, whatever the dtype; fp16 scales it for the backward (precision.py)
+                loss = self.model.loss(y.float(), batch[mb][1]) / self.plan.config.microbatches
+                y = loss * self.precision.loss_scale
         self.emulator.hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
         self.meter.keep(key, x if s > 0 else None)
@@ -134,6 +148,7 @@ class NativeRunner:
         self.meter.release(key)
         for held in self.store.holding(key):  # what the deferred W still needs
             self.meter.keep(key, held)
+        self._grads_now()
         if s > 0:
             self.transport.send(Message(s, s - 1, "grad", mb), x.grad, a)
 
@@ -143,6 +158,7 @@ class NativeRunner:
         self.emulator.hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))
+        self._grads_now()
 
     def _batch(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """This replica's shard of the step's global batch, one tensor per microbatch, as a
@@ -151,12 +167,13 @@ class NativeRunner:
         per_replica = c.microbatches * c.microbatch_size
         x, y = self.model.batch(c.seed, step, c.dp * per_replica)
         shard = slice(self.replica * per_replica, (self.replica + 1) * per_replica)
-        return [(xi.clone().to(self.device), yi.clone().to(self.device))
+        return [(self.precision.cast(xi.clone()).to(self.device), yi.clone().to(self.device))
                 for xi, yi in zip(x[shard].split(c.microbatch_size), y[shard].split(c.microbatch_size))]
 
     def run_step(self, step: int, drop_grads: bool = False) -> float | None:
         batch = self._batch(step)
         st: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (stage, mb) -> (input, output)
+        self.meter.set_grads(0)  # the optimizer cleared them
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         loss = None

@@ -42,6 +42,7 @@ from harness import compat
 from harness.model import get_model
 from harness.model.checkpoint import CheckpointedStage
 from harness.plan import Plan
+from harness.precision import Precision
 from harness.runtime.emulate import Emulator
 from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.tracer import Tracer
@@ -189,8 +190,10 @@ class PeerRunner:
                                                             device))
         # built exactly as natively (layer i from seed (seed, i)), without the WeightGradStore:
         # torch splits I and W itself
-        self.layers: dict[int, nn.Module] = {s: self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device)
-                                             for s, r in sorted(plan.stage_rank.items()) if r == ctx.rank}
+        self.precision = Precision(c.dtype)
+        self.layers: dict[int, nn.Module] = {
+            s: self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device=device, dtype=self.precision.dtype)
+            for s, r in sorted(plan.stage_rank.items()) if r == ctx.rank}
         modules = {s: CheckpointedStage(m, c.checkpoint_every, lambda key, t: None, self.timeline.timed_recompute)
                    if c.checkpointing else m for s, m in self.layers.items()}
         stages = [PipelineStage(m, s, len(plan.stage_layers), device) for s, m in modules.items()]
@@ -200,9 +203,10 @@ class PeerRunner:
         self.first, self.last = 0 in modules, len(plan.stage_layers) - 1 in modules
 
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # the microbatch's mean loss, unscaled: torch's scale_grads=True divides the
-        # accumulated gradients by M once, as the native 1/M on every microbatch loss does
-        loss = self.model.loss(output, target)
+        # the microbatch's mean loss in fp32 (times fp16's loss scale), not divided by M: torch's
+        # scale_grads=True divides the accumulated gradients by M once, as the native 1/M on
+        # every microbatch loss does
+        loss = self.model.loss(output.float(), target) * self.precision.loss_scale
         self.timeline.loss_done()
         return loss
 
@@ -236,13 +240,14 @@ class PeerRunner:
         losses: list[torch.Tensor] = []
         with compat.traced_pipelining_p2p(self.timeline.post, self.timeline.wait):
             # torch splits the batch into M microbatches along dim 0, as the native x.split(B)
-            self.schedule.step(*([x.to(self.device)] if self.first else []),
+            self.schedule.step(*([self.precision.cast(x).to(self.device)] if self.first else []),
                                target=y.to(self.device) if self.last else None,
                                losses=losses if self.last else None)
         self.timeline.resolve_labels()
         self._check_order()
         # the native step loss: the sum over microbatches, in order, of loss / M
-        return float(sum(loss.detach() / c.microbatches for loss in losses)) if self.last else None
+        scale = c.microbatches * self.precision.loss_scale
+        return float(sum(loss.detach() / scale for loss in losses)) if self.last else None
 
     def _check_order(self) -> None:
         """The metrics (theory, simulation) describe plan.schedule: refuse a run whose order is not it."""
