@@ -18,6 +18,16 @@ SWEEP_ARGS ?= experiment=study
 SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
 # job directories of the later parts get a prefix (ckpt0_..., dp1_...): ids stay unique in the report
 SUBDIR = 'hydra.sweep.subdir=$(1)$${hydra.job.num}_$${harness.dirname:$${hydra.job.override_dirname}}'
+# each part of the sweep writes <sweep>/multirun.yaml (its -m invocation's config): kept as multirun.<part>.yaml
+KEEP_MULTIRUN = mv $(SWEEP_DIR)/multirun.yaml $(SWEEP_DIR)/multirun.$(1).yaml
+# make profile: where the CPU profile goes (git-ignored runs/; OUT=data/gpt_cpu_profile.json refreshes the committed one)
+OUT ?= runs/profile/gpt_cpu_profile.json
+# make advise: the README's worked example (a one-block profile expanded to the model's 82 layers)
+ADVISE_ARGS ?= cluster=h200_8nodes profile=data/llama70b_h200_derived_block_profile.json dtype=bf16 optimizer=adamw \
+	--global-batch 512
+# pytest -m: make test runs all but `slow`; make test-fast only pure unit tests; make test-all everything
+FAST := not (dist or sweep or bench or gpu or grid or subprocess or slow)
+PYTEST_ARGS ?=
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,37 +36,62 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: help venv sweep report profile test test-fast bench gpu-check gpu-wheels clean dashboard
+.PHONY: help venv sweep example report profile advise advise-validate calibrate test test-fast test-all bench gpu-check \
+	gpu-wheels clean dashboard
 help: ## Show this help
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed ## Create .venv and install the pinned dependencies
 
-sweep: venv ## The default study on CPU (gloo, wandb offline), every axis lightly; then its report (also reports/example)
+sweep: venv ## The default study on CPU (gloo, wandb offline), every axis lightly, into runs/sweeps/<time>/; its report into reports/<time>/
 	$(PY) -m harness -m $(SWEEP_ARGS) hydra.sweep.dir=$(SWEEP_DIR)
+	$(call KEEP_MULTIRUN,study)
 	$(PY) -m harness -m pp=2 microbatches=8 microbatch_size=4,8 checkpointing=false,true compute=real steps=3 \
 		hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,ckpt)
+	$(call KEEP_MULTIRUN,ckpt)
 	$(PY) -m harness -m experiment=dp schedule=1f1b hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,dp)
+	$(call KEEP_MULTIRUN,dp)
 	$(PY) -m harness -m experiment=balance +scenario=h200_emulated partition=params,profile \
 		hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,part)
-	$(PY) -m harness.report $(SWEEP_DIR) --out $(REPORTS) --copy-as example
+	$(call KEEP_MULTIRUN,part)
+	$(PY) -m harness.report $(SWEEP_DIR) --out $(REPORTS)
+
+# make example: a fresh make sweep, unless SWEEP names one already run
+ifeq ($(SWEEP),)
+example: sweep
+endif
+example: venv ## Regenerate the committed reports/example/ (the README's figures): make sweep's report, or SWEEP=path's
+	$(PY) -m harness.report $(or $(SWEEP),$(SWEEP_DIR)) --out $(REPORTS) --copy-as example
 
 report: venv ## Report the newest sweep under runs/ (or SWEEP=path) into reports/<sweep>/
 	$(PY) -m harness.report $(SWEEP) --out $(REPORTS)
 
-profile: venv ## Re-measure data/gpt_cpu_profile.json (the balance study's CPU profile)
-	$(PY) -m harness.profile +scenario=cpu_real --microbatch-sizes 1 4 8 --out data/gpt_cpu_profile.json
+profile: venv ## Measure the balance study's CPU profile into OUT (runs/profile/; OUT=data/gpt_cpu_profile.json refreshes it)
+	@mkdir -p $(dir $(OUT))
+	$(PY) -m harness.profile +scenario=cpu_real --microbatch-sizes 1 4 8 --out $(OUT)
 
-test: venv ## Unit, multi-process (gloo), end-to-end sweep tests; benchmarks once, untimed (so they cannot rot)
-	$(PY) -m pytest -q
+test: venv ## Unit, grids, multi-process (gloo), sweeps, benchmarks once untimed: all but `slow` (< 3 min on 2 cores)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-test-fast: venv ## Pure unit tests only (seconds)
-	$(PY) -m pytest -q -m "not dist and not sweep and not bench and not gpu"
+test-fast: venv ## Pure unit tests only (seconds): no processes, grids, sweeps or benchmarks
+	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
+
+test-all: venv ## Everything make test runs, and `slow`: long sweeps, subprocess twins, every benchmark once (~10 min)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv ## Benchmarks, timed; fails on a median 25% slower than benchmarks/baseline.json
 	$(PY) -m pytest -q -m bench --benchmark-enable --benchmark-autosave \
 		--benchmark-compare=benchmarks/baseline.json --benchmark-compare-fail=median:25% \
 		--benchmark-columns=median,iqr,min,max,rounds --benchmark-sort=name
+
+advise: venv ## Predict the best pipeline for a model on a cluster (ADVISE_ARGS; default the README's 70B Llama on 8 x 8 H200)
+	$(PY) -m harness.advise $(ADVISE_ARGS)
+
+advise-validate: venv ## Predicted against measured on this machine (cluster=here): reports/advise_validation/
+	$(PY) -m harness.advise.validate --out reports/advise_validation
+
+calibrate: venv ## Measure this machine as cluster=here (harness/conf/cluster/here.yaml); on a quiet machine
+	$(PY) -m harness.advise.calibrate
 
 gpu-check: ## On a CUDA machine: every GPU test and figure, one script (PY=python3 where there is no .venv)
 	PY=$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.sh

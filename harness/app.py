@@ -93,8 +93,8 @@ def main(cfg: DictConfig) -> None:
         print(f"harness: error: {e}", file=sys.stderr)
         sys.exit(2)
     except ConfigError as e:
-        if rank == 0:
-            print(f"harness: error: {e}", file=sys.stderr)
+        # every rank says it: the launcher may stop rank 0 before it prints once another rank exits
+        print(f"harness: error: {e}" if rank == 0 else f"harness: error (rank {rank}): {e}", file=sys.stderr)
         if not sweep:
             sys.exit(2)
         return  # recorded as failed; the sweep goes on and its exit status counts it

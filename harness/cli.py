@@ -15,6 +15,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import sys
 from typing import NoReturn
 
@@ -204,6 +205,8 @@ def main() -> None:
     argv, problem = torchrun_overrides(sys.argv[1:], dict(os.environ))
     if problem:
         fail(problem)
+    # a torchrun rank other than 0 writes into a scratch directory: removed when it is done
+    scratch = next((a.partition("=")[2] for a in argv if a.startswith("hydra.run.dir=/tmp/harness-torchrun-")), None)
     argv = [quote_fault(a) for a in argv]
     global FULL_ERRORS
     full = FULL_ERRORS = os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0") or any(_TRUE.match(a) for a in argv)
@@ -236,6 +239,8 @@ def main() -> None:
     finally:
         sys.stderr = stderr
         GlobalHydra.instance().clear()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         if saved is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:

@@ -480,7 +480,7 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
         raise ConfigError(f"pp={c.pp}: {stages} stages, more than the model's {c.model.num_layers} layers "
                           f"(allowed: pp x chunks per rank <= {c.model.num_layers}, or raise model.layers)")
     world = c.pp * c.dp
-    if world > c.max_processes:
+    if world > c.max_processes and not executor.simulated:  # a simulated executor starts no process
         raise ConfigError(f"pp={c.pp} x dp={c.dp}: {world} processes, more than max_processes={c.max_processes}")
     if c.device == "cuda" and cuda_devices == 0:
         raise ConfigError("device=cuda: no CUDA device here (use device=cpu or device=auto)")

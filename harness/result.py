@@ -191,6 +191,8 @@ class Result:
         mode = (f"simulated: executor={c['executor']}" if simulated else
                 c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}")
         what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
+        if self.status == "skipped":
+            return f"{what}: skipped: {self.error}"
         if self.status != "ok" or m is None:
             return f"{what}: {self.status}: {self.error}"
         b = m.bubble

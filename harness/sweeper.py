@@ -57,6 +57,8 @@ class FastComposer:
     KEEP = 256  # checked configs kept for launch; a larger sweep composes the rest again (cheaply)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_loader":  # unpickling (a launcher sending it to a job): not set yet, no recursion
+            raise AttributeError(name)
         return getattr(self._loader, name)
 
     def keep(self, overrides: Sequence[str], cfg: DictConfig) -> None:

@@ -1,8 +1,19 @@
 from __future__ import annotations
 
+import signal
+import sys
+from pathlib import Path
+
 import pytest
 
 from harness.config import Config
+
+# Python started fresh costs ~5 s of imports (torch) and its own forkserver (~5 s more) before
+# a sweep's first job: `make test` runs `python -m harness` this way where the process itself
+# is what is tested (signals, kill -9, the console script, torchrun); everything else goes
+# through the same entry point in this process (`run_harness`), forking from its warm
+# forkserver. Such tests keep their subprocess twin behind `slow` (make test-all).
+HYDRA_QUIET = ["hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]  # no log handlers in pytest's process
 
 
 @pytest.fixture
@@ -25,3 +36,156 @@ def config():
         return c
 
     return make
+
+
+class Ran:
+    """What `python -m harness ARGS` did: returncode, stdout, stderr (as subprocess.run gives)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def run_harness(monkeypatch, capsys):
+    """`python -m harness ARGS` run in this process from `cwd`: a Ran. What the end of a
+    process would undo is undone after each run: SIGTERM's handler (the harness installs one)
+    is put back, and directory locks still held are released, as the kernel does at exit (an
+    interrupted sweep never reaches the callback that releases its lock). Hydra's logging is
+    left out: it would reconfigure pytest's."""
+    from harness import cli, locks
+
+    held: list = []
+    acquire = locks.DirLock.acquire
+
+    def tracked(self):
+        held.append(self)
+        return acquire(self)
+
+    monkeypatch.setattr(locks.DirLock, "acquire", tracked)
+
+    def run(*args: str, cwd: Path, argv0: str = "harness") -> Ran:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", [argv0, *args, *HYDRA_QUIET])
+        capsys.readouterr()
+        handler = signal.getsignal(signal.SIGTERM)
+        code = 0
+        try:
+            cli.main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            signal.signal(signal.SIGTERM, handler)
+            while held:
+                held.pop().release()
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def harness_subprocess(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> Ran:
+    """`python -m harness ARGS` in a fresh interpreter from `cwd`."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)} if env is None else env
+    p = subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    return Ran(p.returncode, p.stdout, p.stderr)
+
+
+@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=[pytest.mark.slow, pytest.mark.subprocess])])
+def how(request) -> str:
+    """How `harness` and `report` run a command: in this process (make test), or in a fresh
+    interpreter (`slow`: make test-all); a test using them asserts the same of both."""
+    return request.param
+
+
+@pytest.fixture
+def harness(how, run_harness):
+    """`python -m harness ARGS` (cwd=...), as `how` says: a Ran."""
+    return run_harness if how == "in-process" else harness_subprocess
+
+
+@pytest.fixture
+def report(how, monkeypatch, capsys):
+    """`python -m harness.report ARGS` (cwd=...), as `how` says: a Ran."""
+    import os
+    import subprocess
+
+    def run(*args: str, cwd: Path) -> Ran:
+        if how != "in-process":
+            p = subprocess.run([sys.executable, "-m", "harness.report", *args], cwd=cwd, capture_output=True,
+                               text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+            return Ran(p.returncode, p.stdout, p.stderr)
+        from harness.report.__main__ import main
+
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
+@pytest.fixture
+def harness_process():
+    """`python -m harness ARGS` in a fresh interpreter (cwd=..., env=... optional): a Ran."""
+    return harness_subprocess
+
+
+# make test's budget (< 3 min on CI's 2 cores): these run only in make test-all, each beside a
+# cheaper test of the same property that make test keeps (named after the #).
+SLOW = (
+    # predictions against timed runs, which a busy machine moves (like the benchmarks); the whole
+    # grid is test_predictions_hold_on_the_whole_grid, also slow; make test: the known-answer searches
+    "tests/test_advise.py::test_predictions_hold_on_this_machine_small",
+    # the per-layer memory trace of the larger models: [mlp] traces the same code
+    "tests/test_advise.py::test_memory_composed_per_layer_equals_memory_theory[gpt]",
+    "tests/test_advise.py::test_memory_composed_per_layer_equals_memory_theory[llama]",
+    # fresh interpreters: test_cli_bad_input_is_one_line_and_exit_2, test_relative_paths_are_the_users_also_under_chdir
+    "tests/test_advise.py::test_module_entry_point_runs",
+    "tests/test_cli.py::test_the_console_script_runs_elsewhere_with_relative_paths",
+    # submitit's local tasks: test_slurm_sizes_each_point_from_pp_x_dp and torchrun's ranks (test_dp.py)
+    "tests/test_launchers.py::test_submitit_local_runs_a_point_as_ranks_and_rank0_records",
+    # waits out wandb's init timeout: test_reach_problem_is_bounded_when_the_host_never_answers
+    "tests/test_wandb.py::test_online_with_a_host_that_never_answers_gives_up_after_the_init_timeout",
+    # the same measurement on one more schedule: [1f1b]
+    "tests/test_pipeline.py::test_emulated_bubble_matches_closed_form[gpipe]",
+    "tests/test_numbers.py::test_attribution_sums_to_the_measured_bubble[zb_h1]",
+    # grids of real runs over schedules: make test keeps a representative of each
+    "tests/test_hf_model.py::test_pipeline_trains_exactly_as_the_hf_model[gpt2-gpipe]",
+    "tests/test_hf_model.py::test_pipeline_trains_exactly_as_the_hf_model[gpt2-zb_h1]",
+    "tests/test_hf_model.py::test_pipeline_trains_exactly_as_the_hf_model[llama-gpipe]",
+    "tests/test_hf_model.py::test_pipeline_trains_exactly_as_the_hf_model[llama-zb_h1]",
+    "tests/test_memory_breakdown.py::test_measured_equals_theory_for_every_component_on_every_rank[hf-llama-adamw-pp2]",
+    "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[interleaved_1f1b-3]",
+    "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[zbv-1]",
+    "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[zb_h1-1]",
+    "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[gpipe-1]",
+    "tests/test_schedules_run.py::test_nccl_safe_transport_in_fifo_mode_matches_single_process[gpipe-",
+    "tests/test_schedules_run.py::test_nccl_safe_transport_in_fifo_mode_matches_single_process[zb_h1-",
+    "tests/test_schedules_run.py::test_nccl_safe_transport_in_fifo_mode_matches_single_process[interleaved_1f1b-4]",
+    "tests/test_schedules_run.py::test_nccl_safe_transport_in_fifo_mode_matches_single_process[1f1b-4]",
+    "tests/test_schedules_run.py::test_nccl_safe_transport_in_fifo_mode_matches_single_process[zbv-4]",
+    "tests/test_peer.py::test_pytorch_matches_native[gpipe-",
+    "tests/test_peer.py::test_pytorch_matches_native[1f1b-2-4]",
+    "tests/test_peer.py::test_pytorch_matches_native[interleaved_1f1b-",
+    "tests/test_peer.py::test_pytorch_matches_native[dualpipev-",
+    "tests/test_theory_costs.py::test_theory_equals_the_simulator_in_the_runs_costs[interleaved_1f1b]",
+    "tests/test_theory_costs.py::test_theory_equals_the_simulator_in_the_runs_costs[dualpipev]",
+    # benchmarks of seconds each (make bench times them; test_bench_records runs in make test)
+    "tests/bench/test_bench_advise.py",
+    "tests/bench/test_bench_executors.py",
+    "tests/bench/test_bench_sim.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)

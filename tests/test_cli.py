@@ -110,6 +110,7 @@ BAD = [
 ]
 
 
+@pytest.mark.grid  # 40 cases, Hydra composing each (~0.4 s): make test, not make test-fast
 @pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, files, args, expected):
     monkeypatch.chdir(files)
@@ -296,6 +297,7 @@ def test_strict_json_has_no_nan_or_infinity():
 
 # --- the real command, installed, run elsewhere (one subprocess) --------------------------------
 
+@pytest.mark.subprocess
 def test_the_console_script_runs_elsewhere_with_relative_paths(tmp_path):
     """`harness` from a directory outside the checkout: the config package, the sweeper
     plugin and a relative profile are found; the record holds the absolute path."""

@@ -107,6 +107,7 @@ def test_dry_run_is_the_default_and_lists_the_panels(offline, capsys):
     assert both["workspace"]["entity"] == dashboard.NO_ENTITY and both["report"]["project"]["name"] == "proj"
 
 
+@pytest.mark.subprocess
 def test_save_without_an_api_key_fails_fast_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
     p = subprocess.run([sys.executable, "-m", "harness.dashboard", "--project", "proj", "--save"], cwd=tmp_path,

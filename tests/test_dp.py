@@ -54,19 +54,37 @@ def test_dp_sync_is_not_bubble(tmp_path, config):
 
 
 @pytest.mark.dist
-def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path):
+@pytest.mark.subprocess
+@pytest.mark.parametrize("dp", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path, dp):
+    """pp=2 x dp torchrun processes (each a fresh interpreter importing torch: make test runs
+    dp=1, make test-all dp=2 as well; pp x dp ranks from a launch are tests/test_dp.py's above)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "4",
-                        "-m", "harness", "pp=2", "dp=2", "microbatches=2", "steps=1", "model.hidden=32",
-                        "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
+    p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node",
+                        str(2 * dp), "-m", "harness", "pp=2", f"dp={dp}", "microbatches=2", "steps=1",
+                        "model.hidden=32", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     result = read(tmp_path / "run" / "result.json")
-    assert result.status == "ok" and result.env.world_size == 4
+    assert result.status == "ok" and result.env.world_size == 2 * dp
     assert p.stdout.count("harness: 1f1b pp=2") == 1  # rank 0 alone reports
-    mismatch = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
-                               "-m", "harness", "pp=2", "dp=2", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/bad"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("how", ["in-process", pytest.param("torchrun", marks=[pytest.mark.slow, pytest.mark.dist,
+                                                                                pytest.mark.subprocess])])
+def test_a_torchrun_world_of_another_size_is_refused(tmp_path, monkeypatch, run_harness, how):
+    """2 processes for pp=2 x dp=2: refused before any process group. In this process: rank 0
+    of the world torchrun describes in its variables (what the check reads)."""
+    args = ["pp=2", "dp=2", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/bad"]
+    if how == "torchrun":
+        mismatch = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node",
+                                   "2", "-m", "harness", *args], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                  capture_output=True, text=True, timeout=300)
+    else:
+        for key, value in {"TORCHELASTIC_RUN_ID": "test", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+                           "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+            monkeypatch.setenv(key, value)
+        mismatch = run_harness(*args, cwd=tmp_path)
     assert mismatch.returncode != 0
     assert "WORLD_SIZE=2 from torchrun, but pp=2 x dp=2 = 4" in mismatch.stderr
 

@@ -169,7 +169,9 @@ def test_pipeline_trains_exactly_as_the_hf_model(tmp_path, config, arch, schedul
     assert result.metrics.losses == pytest.approx(hf_losses, rel=1e-5)
     # the pipeline's gradients equal the single-process stack's (verify_grads), which equal HF's
     assert result.metrics.grad_check.max_rel_diff < 1e-5, result.metrics.grad_check
-    ref_grads = model.to_hf_tensors(reference_losses(c)[1])
+    ref_losses, ref = reference_losses(c)
+    assert result.metrics.losses == pytest.approx(ref_losses, rel=1e-5)  # and the single-process reference's
+    ref_grads = model.to_hf_tensors(ref)
     assert set(ref_grads) == set(hf_grads)
     assert max(rel(ref_grads[n], hf_grads[n]) for n in hf_grads) < 1e-5
     if schedule == "zb_h1":  # I and W ran, and still the same losses

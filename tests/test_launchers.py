@@ -51,6 +51,7 @@ def harness(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.dist
+@pytest.mark.subprocess
 def test_submitit_local_runs_a_point_as_ranks_and_rank0_records(tmp_path, monkeypatch, capsys):
     """pp=2 dp=2 as 4 submitit tasks (each one rank, joined over gloo through the env the
     launcher sets from submitit's job environment); one record, from rank 0."""

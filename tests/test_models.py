@@ -6,7 +6,6 @@ model cannot be built."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -68,7 +67,10 @@ def test_every_model_provides_the_protocol(name):
     assert all(model.fwd_flops(i, b) >= 0 for i in range(n)) and isinstance(model.kind(0), str)
 
 
-DIST_CASES = [(name, schedule) for name in sorted(SMALL) for schedule in ("1f1b", "zb_h1")]
+# model=hf at these sizes is tests/test_hf_model.py's job too (the same run, held to transformers' own
+# training and to this reference): make test runs it there, make test-all here as well
+DIST_CASES = [pytest.param(name, schedule, marks=[pytest.mark.slow] if name == "hf" else [])
+              for name in sorted(SMALL) for schedule in ("1f1b", "zb_h1")]
 
 
 @pytest.mark.dist
@@ -85,12 +87,24 @@ def test_model_through_the_pipeline_matches_single_process(tmp_path, config, nam
 
 
 @pytest.mark.dist
-def test_readme_command_runs_the_example_from_pythonpath(tmp_path):
-    """The command in the README, as a user types it: the module found on PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": "examples"}
-    cmd = [sys.executable, "-m", "harness", "model=custom", "model.target=my_model:build", "pp=2", "steps=1",
-           "microbatches=4", "+model.kwargs.classes=4", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}"]
-    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("how", ["in-process", pytest.param("subprocess", marks=[pytest.mark.slow,
+                                                                                 pytest.mark.subprocess])])
+def test_readme_command_runs_the_example_from_pythonpath(tmp_path, monkeypatch, run_harness, harness_process, how):
+    """The command in the README, as a user types it: the module found on PYTHONPATH (in this
+    process: PYTHONPATH and the sys.path entry an interpreter makes of it; the ranks fork
+    with this process's sys.path)."""
+    args = ["model=custom", "model.target=my_model:build", "pp=2", "steps=1", "microbatches=4",
+            "+model.kwargs.classes=4", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}"]
+    if how == "subprocess":
+        run = harness_process(*args, cwd=ROOT, env={**os.environ, "PYTHONPATH": "examples"}, timeout=300)
+    else:
+        monkeypatch.setenv("PYTHONPATH", "examples")
+        monkeypatch.syspath_prepend(str(ROOT / "examples"))
+        monkeypatch.delitem(sys.modules, "my_model", raising=False)
+        try:
+            run = run_harness(*args, cwd=ROOT)
+        finally:
+            sys.modules.pop("my_model", None)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "harness: 1f1b pp=2 M=4" in run.stdout + run.stderr
 

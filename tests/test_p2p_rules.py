@@ -31,6 +31,7 @@ def acts(text: str) -> list[Action]:
     return [Action.parse(x) for x in text.split()]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name,v", VARIANTS)
 def test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl(name, v):
     """safe on NCCL (with one tag too) and eager on gloo run every point; eager on NCCL

@@ -1,8 +1,11 @@
 """sweep: a sweep survives a failing rank, a killed rank, a hang, an interruption at any
 moment and the death of the harness itself; what finished keeps its record, no process
 outlives its job, one writer per directory, and resume=true completes the rest. Signals
-come from the harness's own hooks (fault=term@launch|records) or after its running.json
-appears, never after a sleep."""
+come from the harness's own hooks (fault=term@launch|records) or, for kill -9, while a job
+hangs (fault=hang) after its running.json appears: never after a sleep, never a race.
+
+`harness` runs `python -m harness` in this process (make test) and in a fresh interpreter
+(`slow`, make test-all); kill -9 of the harness needs a process of its own in both."""
 
 from __future__ import annotations
 
@@ -60,12 +63,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=300)
-
-
-def test_faults_fail_their_job_and_the_next_job_runs(tmp_path):
+def test_faults_fail_their_job_and_the_next_job_runs(tmp_path, harness):
     sweep = tmp_path / "sweep"
     faults = '"raise@rank1,step0","kill@rank0,step0","hang@rank1,step0",null'
     p = harness("-m", f"fault={faults}", "pp=2", "timeout_s=4", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
@@ -84,7 +82,7 @@ def test_faults_fail_their_job_and_the_next_job_runs(tmp_path):
 
 
 @pytest.mark.parametrize("moment", ["launch", "records"])
-def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, moment):
+def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harness, moment):
     """SIGTERM while the second job's ranks start, or between its trace.json and its
     result.json: that job says interrupted, no process is left, the first keeps its record,
     and resume=true runs only what is missing (the fault is a test hook, not part of a
@@ -108,14 +106,15 @@ def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, momen
         assert {"trace.json", "gantt.png"} <= {f.name for f in (sweep / job).iterdir()}
 
 
-def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path):
-    """kill -9 of the main process mid-job: its forkserver and ranks die with it (within 10 s,
-    checked by pid); a second writer into the busy sweep is refused; resume reruns the job."""
+def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path, run_harness):
+    """kill -9 of the main process mid-job (the job hangs until then: fault=hang): its
+    forkserver and ranks die with it (within 10 s, checked by pid); a second writer into the
+    busy sweep is refused; resume reruns the job and runs the one never started."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "microbatches=2,4", "pp=2", "compute=emulated", "cost.fwd_ms_per_layer=20", "steps=8",
-            "warmup_steps=0", "model.hidden=32", "wandb.mode=disabled", f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    args = ["-m", "microbatches=2,4", "pp=2", "steps=1", "warmup_steps=0", "model.hidden=32", "wandb.mode=disabled",
+            "compute=real", "timeout_s=600", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, "fault=hang@rank1,step0"], cwd=tmp_path,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         job = next(iter(sorted(sweep.glob("0_*"))), None) if sweep.exists() else None
         deadline = time.monotonic() + 120
@@ -124,8 +123,9 @@ def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path):
             time.sleep(0.05)
             job = next(iter(sorted(sweep.glob("0_*"))), None) if sweep.exists() else None
         wait_for(job / "running.json", proc)
-        second = harness(*args, cwd=tmp_path)
+        second = run_harness(*args, cwd=tmp_path)
         assert second.returncode == 2 and "is being written by another harness" in second.stderr, second.stderr
+        assert proc.poll() is None  # still hanging: only the kill ends it
         left = descendants(proc.pid)
         assert set(json.loads((job / "running.json").read_text())["worker_pids"]) <= left
         proc.kill()
@@ -138,6 +138,6 @@ def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert not (job / "result.json").exists()  # the killed job has no record: the report lists it missing
-    again = harness(*args, "resume=true", cwd=tmp_path)
+    again = run_harness(*args, "resume=true", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert all(r["status"] == "ok" for r in records(sweep).values()) and len(records(sweep)) == 2

@@ -8,8 +8,6 @@ import csv
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,21 +20,19 @@ from harness.report.throughput import dp_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "bubble_attribution", "memory_per_rank", "throughput",
-           "partition")
+FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "bubble_attribution", "memory_per_rank",
+           "memory_breakdown", "memory_vs_throughput", "throughput", "partition")
 
 
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory) -> Path:
+@pytest.fixture
+def sweep(tmp_path_factory, harness) -> Path:
     """12 points: dualpipev at M=2 cannot run (it needs M >= 2 * pp) and is skipped, 10 run;
     then a failed record, a corrupt one and a partial one (status ok, no metrics) are added by
-    hand."""
+    hand. `python -m harness` (and the report) in this process (make test), or fresh ones (`slow`)."""
     path = tmp_path_factory.mktemp("runs") / "small"
-    p = subprocess.run([sys.executable, "-m", "harness", "-m", "schedule=gpipe,1f1b,dualpipev", "pp=2",
-                        "microbatches=2,4", "partition=uniform,params", "compute=emulated", "cost.fwd_ms_per_layer=1",
-                        "model.hidden=32", "steps=2", "warmup_steps=0", "wandb.mode=disabled", "skip_invalid=true",
-                        f"hydra.sweep.dir={path}"], cwd=path.parent, env=ENV, capture_output=True, text=True,
-                       timeout=300)
+    p = harness("-m", "schedule=gpipe,1f1b,dualpipev", "pp=2", "microbatches=2,4", "partition=uniform,params",
+                "compute=emulated", "cost.fwd_ms_per_layer=1", "model.hidden=32", "steps=2", "warmup_steps=0",
+                "wandb.mode=disabled", "skip_invalid=true", f"hydra.sweep.dir={path}", cwd=path.parent)
     assert p.returncode == 0 and "10 ok, 2 skipped" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     (path / "corrupt").mkdir()
     (path / "corrupt" / "result.json").write_text('{"status": "ok", "con')
@@ -50,9 +46,8 @@ def sweep(tmp_path_factory) -> Path:
 
 
 @pytest.mark.sweep
-def test_report_of_a_real_sweep(sweep, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness.report", str(sweep), "--out", str(tmp_path)], cwd=tmp_path,
-                       env=ENV, capture_output=True, text=True, timeout=300)
+def test_report_of_a_real_sweep(sweep, tmp_path, report):
+    r = report(str(sweep), "--out", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr, r.stderr  # no figure failed
     out = tmp_path / "small"

@@ -382,6 +382,7 @@ def test_a_sweep_named_dot_reports_under_its_own_name(reports):
     assert (out / "s1" / "index.md").is_file() and not (out / "index.md").exists()
 
 
+@pytest.mark.subprocess
 def test_the_cli_exit_status(reports):
     sweep, out = reports
     p = subprocess.run([sys.executable, "-m", "harness.report", str(sweep), "--out", str(out), "--copy-as", ".."],

@@ -15,6 +15,7 @@ def grid(name: str, ns=range(1, 9), ms=range(1, 33), vs=(1, 2, 3)):
     return [(n, m, v) for n in ns for m in ms for v in vs if requirements(name, n, m, v) is None]
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_every_builder_is_valid_over_the_grid(name):
     cases = grid(name)
@@ -23,6 +24,7 @@ def test_every_builder_is_valid_over_the_grid(name):
         validate(build(name, n, m, v), n * chunks_per_rank(name, v), m)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_in_flight_microbatches_match_theory(name):
     """Count, on each rank, (stage, microbatch) pairs past F and not yet past B (or W) at its peak."""

@@ -1,4 +1,8 @@
-"""sweep: `python -m harness -m ...` end to end, then `make report` on its output."""
+"""sweep: `python -m harness -m ...` end to end, then `make report` on its output.
+
+`harness` and `report` run `python -m harness` and `python -m harness.report` in this process
+(make test) and in a fresh interpreter (`slow`, make test-all); `make report` runs as a user
+types it in both."""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import csv
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=600)
-
-
-def test_sweep_then_report(tmp_path):
+def test_sweep_then_report(tmp_path, harness):
     sweep = tmp_path / "runs" / "sweeps" / "small"
     p = harness("-m", "schedule=gpipe,1f1b", "pp=2,4", "microbatches=2,4", "compute=emulated",
                 "cost.fwd_ms_per_layer=1", "steps=1", "warmup_steps=0", "wandb.mode=disabled",
@@ -44,7 +42,7 @@ def test_sweep_then_report(tmp_path):
         assert len(list(csv.DictReader(f))) == 8
 
 
-def test_a_failing_point_does_not_stop_the_sweep(tmp_path):
+def test_a_failing_point_does_not_stop_the_sweep(tmp_path, harness, report):
     """A point that plans but fails at run time is recorded failed, the other runs, the sweep
     exits 1 and the report lists it (a point that cannot be planned stops the sweep before any
     job: tests/test_cli.py)."""
@@ -57,8 +55,7 @@ def test_a_failing_point_does_not_stop_the_sweep(tmp_path):
     assert status == ["failed", "ok"]
     (sweep / "corrupt").mkdir()
     (sweep / "corrupt" / "result.json").write_text("{not json")
-    r = subprocess.run([sys.executable, "-m", "harness.report", str(sweep), "--out", str(tmp_path / "rep")],
-                       cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    r = report(str(sweep), "--out", str(tmp_path / "rep"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     index = (tmp_path / "rep" / "sweep" / "index.md").read_text()
     assert "## Not ok" in index and "injected fault" in index and "corrupt/result.json" in index

@@ -20,6 +20,7 @@ def test_headline_figures():
     assert round(theory.bubble_fraction("1f1b", 4, 64), 3) == 0.045
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 def test_simulated_bubble_equals_closed_form(name):
     for n in range(1, 9):
@@ -30,6 +31,7 @@ def test_simulated_bubble_equals_closed_form(name):
                 assert abs(got - theory.bubble_fraction(name, n, m)) < 1e-9, (n, m, fwd, bwd)
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_simulated_bubble_equals_closed_form_at_uniform_costs(name):
     """F=1, B=2, I=W=1 per stage, free communication: exact over everything the builder accepts."""

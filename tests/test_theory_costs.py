@@ -36,6 +36,7 @@ def _cases(name: str):
                     yield n, m, v
 
 
+@pytest.mark.grid
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_theory_equals_the_simulator_in_the_runs_costs(name):
     """pp 2..8, M 1..32 (V 2, 3 for interleaved), B/F 1, 1.5, 2, 3, w 0.5 and 0.3: theory is the

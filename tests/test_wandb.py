@@ -70,13 +70,11 @@ def flat_keys(d: dict, prefix: str = "") -> set[str]:
 
 
 @pytest.mark.sweep
-def test_offline_sweep_writes_one_run_per_job_with_the_result_names(tmp_path):
+def test_offline_sweep_writes_one_run_per_job_with_the_result_names(tmp_path, harness):
+    """`python -m harness` in this process (make test), or a fresh one (`slow`)."""
     sweep = tmp_path / "wbsweep"
-    p = subprocess.run([sys.executable, "-m", "harness", "-m", "pp=2", "microbatches=2,4", "compute=emulated",
-                        "cost.fwd_ms_per_layer=1", "model.hidden=32", "steps=2", "warmup_steps=1",
-                        "wandb.mode=offline", f"hydra.sweep.dir={sweep}"],
-                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                       timeout=300)
+    p = harness("-m", "pp=2", "microbatches=2,4", "compute=emulated", "cost.fwd_ms_per_layer=1", "model.hidden=32",
+                "steps=2", "warmup_steps=1", "wandb.mode=offline", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     jobs = sorted(d for d in sweep.iterdir() if (d / "result.json").exists())
     assert len(jobs) == 2
@@ -188,6 +186,8 @@ def staged(run_dir: Path) -> list[str]:
 
 
 @pytest.mark.sweep
+@pytest.mark.subprocess
+@pytest.mark.slow  # make test: the online sweep without a key checks the same of each of its jobs
 def test_online_without_an_api_key_is_ok_logged_offline_with_one_warning(tmp_path):
     out, warnings, job, home = run_one(tmp_path, "online")
     assert_fell_back_offline(out, warnings, job, r"no API key for \S+ \(`wandb login`, or WANDB_API_KEY\)")
@@ -201,6 +201,8 @@ def closed_port() -> int:
 
 
 @pytest.mark.sweep
+@pytest.mark.subprocess
+@pytest.mark.slow  # make test: reach_problem on a closed port (below) and the no-key sweep's offline fallback
 def test_online_with_a_key_and_an_unreachable_host_is_ok_within_seconds(tmp_path):
     url = f"http://127.0.0.1:{closed_port()}"
     out, warnings, job, home = run_one(tmp_path, "online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL=url)
@@ -209,6 +211,7 @@ def test_online_with_a_key_and_an_unreachable_host_is_ok_within_seconds(tmp_path
 
 
 @pytest.mark.sweep
+@pytest.mark.subprocess
 def test_online_with_a_host_that_never_answers_gives_up_after_the_init_timeout(tmp_path):
     server = socket.create_server(("127.0.0.1", 0))  # accepts connections, answers nothing
     held: list[socket.socket] = []
@@ -236,6 +239,8 @@ def test_online_with_a_host_that_never_answers_gives_up_after_the_init_timeout(t
 
 
 @pytest.mark.sweep
+@pytest.mark.subprocess
+@pytest.mark.slow  # make test: the online sweep without a key falls back to offline runs and checks the same
 def test_offline_run_stages_its_artifacts_inside_the_job_dir(tmp_path):
     out, warnings, job, home = run_one(tmp_path, "offline")
     assert warnings == []
@@ -250,7 +255,10 @@ def test_offline_run_stages_its_artifacts_inside_the_job_dir(tmp_path):
 
 
 @pytest.mark.sweep
+@pytest.mark.subprocess
 def test_online_sweep_without_an_api_key_exits_0_with_its_summary(tmp_path):
+    """Each job: ok, logged offline instead with one warning, its artifacts staged inside the
+    job directory, nothing under HOME (what the two `slow` tests below check of one job)."""
     sweep, home = tmp_path / "wbsweep", tmp_path / "home"
     home.mkdir()
     p = subprocess.run([sys.executable, "-m", "harness", "-m", "executor=sim", "pp=2", "microbatches=2,4",
@@ -260,6 +268,21 @@ def test_online_sweep_without_an_api_key_exits_0_with_its_summary(tmp_path):
     assert "Traceback" not in p.stderr and "2 ok" in p.stdout, (p.stdout[-2000:], p.stderr[-2000:])
     warnings = [line for line in p.stderr.splitlines() if line.startswith("harness: warning")]
     assert len(warnings) == 2 and all("harness: warning: wandb: no API key" in w for w in warnings), p.stderr
+    jobs = sorted(d for d in sweep.iterdir() if (d / "result.json").exists())
+    assert len(jobs) == 2
+    for job in jobs:
+        (warning,) = [w for w in warnings if w.endswith(f"; records are in {job}")]
+        assert re.fullmatch(r"harness: warning: wandb: no API key for \S+ \(`wandb login`, or WANDB_API_KEY\).*; "
+                            r"logged offline to wandb/offline-run-\S+ instead \(`wandb sync` it later\); records are "
+                            rf"in {re.escape(str(job))}", warning), warning
+        result = json.loads((job / "result.json").read_text())
+        (run_dir,) = (job / "wandb").glob("offline-run-*")
+        assert result["status"] == "ok" and result["wandb_dir"] == str(run_dir)
+        files = staged(run_dir)
+        assert len(files) >= 2  # trace.json and the stages table
+        for f in files:
+            assert Path(f).is_relative_to(job / "wandb" / "data") and Path(f).is_file(), f
+        assert any(Path(f).read_bytes() == (job / "trace.json").read_bytes() for f in files)
     nothing_outside(home)
 
 
@@ -281,6 +304,17 @@ def test_reach_problem_is_bounded_when_the_host_never_answers(monkeypatch):
     assert why == "cannot reach https://wandb.example:8443 (no answer within 0.3 s)"
     assert wandb_log.reach_problem("https://wandb.example:8443", timeout=0.3) == why  # remembered: no wait
     assert calls == [("wandb.example", 8443)]
+
+
+def test_reach_problem_of_a_closed_port_is_connection_refused(monkeypatch):
+    """What an online job with a key and nobody listening says before it logs offline instead
+    (the `slow` test above runs that job whole)."""
+    monkeypatch.setattr(wandb_log, "_unreachable", {})
+    for env in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(env, raising=False)
+    url = f"http://127.0.0.1:{closed_port()}"
+    why = wandb_log.reach_problem(url, timeout=2)
+    assert why is not None and why.startswith(f"cannot reach {url} (ConnectionRefusedError"), why
 
 
 def test_reach_problem_connects_through_the_proxy(monkeypatch):

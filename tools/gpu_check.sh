@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks of every issue, as one script (`make gpu-check`): CUDA and NCCL tests, then
-# the figures a closing note needs. Runs with whatever python is given (PY=...); on a
-# machine without hydra-core/omegaconf/wandb, `make gpu-wheels` here first and carry .whl/.
+# the profiles the model issue asks for (GPT-2 small and one Llama-3-8B-shaped block in bf16),
+# written to $OUT (the device tool's output folder) or data/. Runs with whatever python is
+# given (PY=...); on a machine without hydra-core/omegaconf/wandb, `make gpu-wheels` here
+# first and carry .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
+DEST=${OUT:-data}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
@@ -16,8 +19,15 @@ import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
 PY
-echo "== tests (-m gpu)"
+echo "== tests (-m gpu): pp=1 over NCCL; every schedule at pp=2 (one GPU: shared, via host; more: NCCL safe)"
 "$PY" -m pytest -q -s -m gpu -p no:cacheprovider tests/test_gpu.py
 status=$?
-echo "== gpu-check: pytest exit $status"
+echo "== profile: GPT-2 small, bf16"
+"$PY" -m harness.profile model=gpt2_small device=cuda dtype=bf16 --microbatch-sizes 1 4 8 \
+  --out "$DEST/gpt2_small_bf16_profile.json" || status=1
+echo "== profile: one Llama-3-8B-shaped block (and embedding, head), bf16, expanded to 32 blocks"
+"$PY" -m harness.profile model=hf model.arch=llama model.layers=32 model.hidden=4096 model.heads=32 \
+  model.kv_heads=8 model.ffn=14336 model.vocab=128256 model.seq=4096 device=cuda dtype=bf16 \
+  --blocks 1 --microbatch-sizes 1 2 4 --out "$DEST/llama3_8b_block_bf16_profile.json" || status=1
+echo "== gpu-check: exit $status"
 exit $status

@@ -1,7 +1,8 @@
 """Benchmarks: how fast the executors run a plan, and what a sweep pays per job.
 
 `make bench` times them and compares with benchmarks/baseline.json; under the default
---benchmark-disable each runs once as a test. What is timed is the wall time of whole jobs
+--benchmark-disable (make test) each runs once as a test, its jobs 2 measured steps long, and
+the spawn benchmark only in make test-all (`slow`). What is timed is the wall time of whole jobs
 (`run_job`: processes, steps, metrics, records); the figures of interest, ratios of step
 times measured by the workers themselves, are in each benchmark's extra_info.
 """
@@ -51,6 +52,12 @@ def _rounds(benchmark, fn: Callable[[], dict], rounds: int) -> list[dict]:
     return results
 
 
+def _steps(benchmark) -> int:
+    """Measured steps a job: 5 when timed; 2 in the untimed run of `make test` (a smoke of
+    the benchmark's code, not a measurement)."""
+    return 2 if benchmark.disabled else 5
+
+
 def _median_step(metrics: list[Metrics]) -> float:
     """Median over every measured step of every round: one job's 5 steps are noisy here."""
     return statistics.median(s for m in metrics for s in m.step_times_s)
@@ -65,7 +72,7 @@ def test_native_vs_pytorch_step_time(benchmark, config, tmp_path: Path, pp, over
     native / pytorch (> 1: torch's engine is faster)."""
 
     def both() -> dict[str, dict]:
-        return {ex: _ok(run_job(config(pp=pp, microbatches=8, steps=5, executor=ex, **overrides),
+        return {ex: _ok(run_job(config(pp=pp, microbatches=8, steps=_steps(benchmark), executor=ex, **overrides),
                                 tmp_path / ex, "bench", ex)) for ex in EXECUTORS}
 
     rounds = _rounds(benchmark, both, rounds=3)
@@ -80,7 +87,7 @@ def test_executor_overhead_vs_simulator(benchmark, config, tmp_path: Path, execu
     """Measured step time over the simulator's makespan on the same modeled op costs
     (emulated, equal stages, pp=4, M=16, 1F1B): what the executor adds to the schedule
     (P2P, Python, oversleep, the optimizer). Goal: within 5% of 1.0."""
-    c = config(pp=4, microbatches=16, steps=5, executor=executor, **EMULATED)
+    c = config(pp=4, microbatches=16, steps=_steps(benchmark), executor=executor, **EMULATED)
     plan = make_plan(c)
     predicted = max(e.end for e in simulate(plan.schedule, plan.sim_cost()))
     step = _median_step(_rounds(benchmark, lambda: _ok(run_job(c, tmp_path, "bench", executor)), rounds=3))
@@ -94,7 +101,8 @@ def test_nccl_safe_transport_against_eager(benchmark, config, tmp_path: Path):
     NCCL-safe transport (a process group per stage edge) and with eager (one group, tags),
     alternating job by job so drift hits both. Timed: the safe jobs; extra_info: both ratios
     and safe / eager (goal: <= 1, i.e. safe costs nothing on gloo)."""
-    configs = {p2p: config(pp=4, microbatches=16, steps=5, p2p=p2p, **EMULATED) for p2p in ("eager", "safe")}
+    configs = {p2p: config(pp=4, microbatches=16, steps=_steps(benchmark), p2p=p2p, **EMULATED)
+               for p2p in ("eager", "safe")}
     plan = make_plan(configs["eager"])
     predicted = max(e.end for e in simulate(plan.schedule, plan.sim_cost()))
     steps: dict[str, list[Metrics]] = {"eager": [], "safe": []}
@@ -129,6 +137,7 @@ def test_sweep_job_overhead(benchmark, config, tmp_path: Path, executor):
     benchmark.extra_info.update(job_s=wall, step_s=step, overhead_s=wall - step)
 
 
+@pytest.mark.slow  # a spawned 4-rank job imports torch 4 times (~10-20 s on 2 cores): make test-all, make bench
 def test_forkserver_against_spawn_per_job(benchmark, config, tmp_path: Path):
     """The sweep engine's launch: ranks forked from a warm forkserver (default) against a
     fresh interpreter per rank (start_method=spawn), on the same tiny 4-rank job. Timed:
