@@ -41,6 +41,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "
 SPLIT_BACKWARD = ("zb_h1", "zbv", "dualpipev")  # I/W schedules
 PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
 P2P_MODES = ("auto", "eager", "safe")
+PLACEMENTS = ("pp_inner", "dp_inner")  # harness.runtime.groups.Layout: a launcher slot <-> a global rank
 COMPUTE_MODES = ("auto", "real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -147,6 +148,7 @@ class Config:
     microbatches: int = 8  # M per step
     microbatch_size: int = 4  # B samples per microbatch
     dp: int = 1  # data-parallel replicas of the pipeline (world = pp x dp), DDP per stage
+    placement: str = "pp_inner"  # where ranks land: pp_inner (a pipeline on consecutive GPUs/launcher ranks) | dp_inner (a stage's replicas consecutive)
     global_batch: int | None = None  # samples per step over all replicas; sets microbatch_size = it / (dp x M)
     checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
     checkpoint_every: int = 0  # layers per checkpointed segment (only its input is kept); 0: whole stage
@@ -367,6 +369,8 @@ def _check_optimizer(c: Config) -> None:
             raise ConfigError(f"optimizer.{key}={value}: must be a finite number >= 0")
     if len(o.betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in o.betas):
         raise ConfigError(f"optimizer.betas={list(o.betas)}: must be two numbers in [0, 1)")
+    if c.placement not in PLACEMENTS:
+        raise ConfigError(f"placement={c.placement}: unknown (allowed: {', '.join(PLACEMENTS)})")
     if c.zero not in (0, 1):
         raise ConfigError(f"zero={c.zero}: unknown (allowed: 0, 1)")
     if c.zero == 1 and c.dp == 1:

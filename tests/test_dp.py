@@ -55,13 +55,15 @@ def test_dp_sync_is_not_bubble(tmp_path, config):
 
 @pytest.mark.dist
 @pytest.mark.subprocess
-@pytest.mark.parametrize("dp", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path, dp):
+@pytest.mark.parametrize("dp,placement", [(1, "pp_inner"), pytest.param(2, "pp_inner", marks=pytest.mark.slow),
+                                          pytest.param(2, "dp_inner", marks=pytest.mark.slow)])
+def test_torchrun_uses_its_ranks_and_rank0_records(tmp_path, dp, placement):
     """pp=2 x dp torchrun processes (each a fresh interpreter importing torch: make test runs
     dp=1, make test-all dp=2 as well; pp x dp ranks from a launch are tests/test_dp.py's above)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node",
-                        str(2 * dp), "-m", "harness", "pp=2", f"dp={dp}", "microbatches=2", "steps=1",
+                        str(2 * dp), "-m", "harness", "pp=2", f"dp={dp}", f"placement={placement}", "microbatches=2",
+                        "steps=1",
                         "model.hidden=32", "wandb.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -126,3 +128,34 @@ def test_the_gantt_title_shows_what_ran(config):
     plan = make_plan(config(pp=2, microbatches=4, dp=4, global_batch=32))
     title = gantt_title(plan, Result.from_json(fake(0)).metrics, 3)
     assert "pp=2  dp=4  M=4  B=2" in title and "cpu/gloo p2p=eager" in title
+
+
+@pytest.mark.parametrize("pp,dp", [(1, 4), (2, 2), (4, 2), (3, 1)])
+def test_placement_maps_launcher_slots_to_ranks_one_to_one(pp, dp):
+    """placement=dp_inner: a stage's replicas in consecutive slots (their all-reduce inside a
+    node), rank 0 in slot 0; pp_inner: slot = rank."""
+    from harness.runtime.groups import Layout
+
+    layout = Layout(pp, dp)
+    for placement in ("pp_inner", "dp_inner"):
+        slots = [layout.slot(r, placement) for r in range(pp * dp)]
+        assert sorted(slots) == list(range(pp * dp)) and slots[0] == 0
+        assert [layout.rank_of_slot(s, placement) for s in slots] == list(range(pp * dp))
+    for stage in range(pp):  # dp_inner: the replicas of a stage are neighbours
+        replicas = sorted(layout.slot(layout.global_rank(d, stage), "dp_inner") for d in range(dp))
+        assert replicas == list(range(stage * dp, stage * dp + dp))
+
+
+@pytest.mark.dist
+def test_a_dp_inner_launch_trains_as_pp_inner(tmp_path, config, monkeypatch):
+    """placement moves ranks between slots (GPUs, launcher ranks), never what they compute:
+    the same losses (torchrun's slots: test_torchrun_uses_its_ranks_and_rank0_records)."""
+    from harness.job import run_job
+
+    results = {}
+    for placement in ("pp_inner", "dp_inner"):
+        c = config(pp=2, dp=2, microbatches=2, placement=placement)
+        r = run_job(c, tmp_path / placement, "test", placement)
+        assert r.status == "ok", r.error
+        results[placement] = r.metrics.losses
+    assert results["pp_inner"] == results["dp_inner"]

@@ -3,6 +3,12 @@
 Each pipeline rank's dp copies (the same stages in every replica) form a data-parallel
 group that all-reduces their gradients. Pipeline messages travel on the world group
 (p2p=eager) or on one group per stage edge (p2p=safe, harness/runtime/transport.py).
+
+`placement` says where a global rank runs: its slot, i.e. the launcher's RANK (torchrun,
+SLURM: consecutive slots share a node) or the GPU index of a forked rank. pp_inner: slot =
+global rank, so a pipeline's ranks are neighbours and its data-parallel peers far apart;
+dp_inner: slot = pipeline rank * dp + replica, so a stage's replicas are neighbours (their
+all-reduce stays inside a node) and pipeline messages cross nodes. Rank 0 is slot 0 in both.
 """
 
 from __future__ import annotations
@@ -25,6 +31,18 @@ class Layout:
 
     def global_rank(self, replica: int, pipeline_rank: int) -> int:
         return replica * self.pp + pipeline_rank
+
+    def slot(self, rank: int, placement: str) -> int:
+        """Where global `rank` runs (the launcher's RANK, or the GPU of a forked rank)."""
+        if placement == "dp_inner":
+            return self.pipeline_rank(rank) * self.dp + self.replica(rank)
+        return rank
+
+    def rank_of_slot(self, slot: int, placement: str) -> int:
+        """The global rank that runs in launcher slot `slot` (inverse of `slot`)."""
+        if placement == "dp_inner":
+            return self.global_rank(slot % self.dp, slot // self.dp)
+        return slot
 
     def dp_group(self, rank: int) -> dist.ProcessGroup | None:
         """This rank's data-parallel group (None with dp=1). Every rank must call this, in the

@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from harness.config import ConfigError
 from harness.plan import Plan
 from harness.runtime.faults import maybe_interrupt, parse_fault
+from harness.runtime.groups import Layout
 from harness.runtime.loop import RankReport, one_line, run_rank, worker_main
 from harness.trace import Event, Trace
 
@@ -173,6 +174,7 @@ def run_external(plan: Plan, runner: str) -> list[RankReport] | None:
                "submitit": "hydra.launcher.ranks_as_tasks=true gives each point its pp x dp tasks"}
         raise ConfigError(f"WORLD_SIZE={world} from {who}, but pp={plan.config.pp} x dp={plan.config.dp} = "
                           f"{plan.world} ({how.get(who, 'launch pp x dp processes')})")
+    rank = Layout(plan.config.pp, plan.config.dp).rank_of_slot(rank, plan.config.placement)  # the launcher's RANK is a slot
     try:
         try:
             payload: RankReport | str = run_rank(rank, plan, "env://", runner)

@@ -109,8 +109,9 @@ def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
     already did)."""
     torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
     if plan.device == "cuda":
-        # this node's GPU for this rank: LOCAL_RANK under an external launcher, else the rank
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        # this node's GPU for this rank: LOCAL_RANK under an external launcher, else its slot
+        slot = Layout(plan.config.pp, plan.config.dp).slot(rank, plan.config.placement)
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", slot)) % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")

@@ -1,0 +1,244 @@
+"""What a search writes: advice.json (every point), advice.md (the answer, what came close, the
+assumptions, the commands), advice.png (throughput against peak memory per GPU, with the
+Pareto front)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+
+from .cluster import GIB
+from .problem import shown
+from .search import Prediction, Problem, Result
+
+MAX_PROCESSES_HERE = 16  # Config.max_processes: what python -m harness forks on one machine
+
+
+def assumptions(p: Problem) -> list[str]:
+    cl, c = p.cluster, p.config
+    out = [
+        f"cluster {cl.name}: {cl.description or cl.summary}; source: {cl.source or 'not stated'}",
+        f"memory per GPU: {cl.memory_per_gpu_gib:g} GiB - {cl.memory_reserve_gib:g} GiB reserved = "
+        f"{cl.usable_bytes / GIB:.1f} GiB for the model",
+        f"point to point: latency + bytes / bandwidth of the link between the two GPUs (intra-node "
+        f"{cl.intra.bandwidth_Bps / 1e9:g} GB/s + {cl.intra.latency_s * 1e6:g} us, inter-node "
+        f"{cl.inter.bandwidth_Bps / 1e9:g} GB/s + {cl.inter.latency_s * 1e6:g} us, per GPU and direction)"
+        + (f"; latency replaced by the executor's measured hop ({cl.overhead.hop_s} s by ranks on the host)"
+           if cl.overhead.hop_s else ""),
+        "data-parallel gradient sync: ring all-reduce per stage, 2(n-1) latency + 2(n-1)/n x bytes / bandwidth "
+        "over the slowest link the replicas span, inside the stage's last backward, not overlapped with compute",
+        "ZeRO-1: optimizer moments sharded (memory); after the step an all-gather of the updated shards (time)",
+        f"optimizer step: memory-bound, parameters x bytes read and written / {cl.memory_bandwidth_Bps / 1e12:g} TB/s",
+        "compute: the profile's per-layer forward and backward seconds at B (linear between measured sizes), "
+        f"x cost.time_scale={c.cost.time_scale:g}; split backward I = (1 - w) B, W = w B, "
+        f"w = cost.weight_grad_share={c.cost.weight_grad_share:g}"
+        if p.costs.profile is not None else
+        f"compute: cost.* ({c.cost.fwd_ms_per_layer:g} ms per layer at B={c.cost.at_microbatch_size}, "
+        f"{c.cost.fixed_fraction:g} fixed; backward x{c.cost.bwd_over_fwd:g})",
+        "checkpointing: the stage's forward runs again inside its backward"
+        + (" (not under compute=emulated: the replay holds B to its modeled cost)" if p.emulated else ""),
+        "stages: partition=profile (min-max of F + B per layer at B)" if p.costs.profile is not None
+        else "stages: equal layer counts (partition=uniform)",
+        f"memory: harness/memory_theory.py (params, grads in {c.dtype}; optimizer {c.optimizer.name}"
+        + (" with fp32 masters" if c.dtype != "fp32" else "")
+        + "; activations traced per layer"
+        + (" on fake tensors (kernels as the CPU's math picks them, not measured on the device)"
+           if cl.device != "cpu" else "") + ")",
+        "only points the harness can run: split-backward schedules with dp=1, at most pp x chunks <= layers, "
+        "the schedules' own requirements",
+        "placement (the harness's `placement=` key): pp_inner puts a pipeline on consecutive GPUs (its "
+        "messages inside a node, data-parallel all-reduces across nodes), dp_inner a stage's replicas "
+        "(all-reduces inside a node, pipeline messages across)",
+    ]
+    if cl.overhead.any():
+        o = cl.overhead
+        out.append(f"executor overhead (measured by calibrate.py, by ranks on the host): seconds per emulated action "
+                   f"{o.action_s}, posting a send {o.send_s}, a receive already arrived {o.recv_s}, the rest of a hop "
+                   f"{o.hop_s}, a gradient sync beyond the ring model {o.allreduce_s}, per step {o.step_s}; real "
+                   f"compute's F and B over the profile's x{o.real_fwd_scale}, x{o.real_bwd_scale}")
+    else:
+        out.append("executor overhead: none modeled (not measured on this cluster)")
+    return out + list(p.notes) + sorted(set(p.costs.notes))
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)
+
+
+def run_overrides(p: Problem, x: Prediction, user: list[str]) -> list[str]:
+    """The harness keys that run this point: the user's own (model, dtype, optimizer, cost.*),
+    the profile and its partition, the global batch and the point's keys."""
+    o = x.point.overrides()
+    keys = [k for k in user if k.lstrip("+~").split("=", 1)[0] not in
+            ("schedule", "pp", "dp", "microbatches", "microbatch_size", "virtual_stages", "checkpointing", "zero",
+             "global_batch", "profile", "partition", "placement")]
+    if p.costs.profile is not None:
+        keys += [f"profile={shown(p.costs.path)}", "partition=profile"]
+    keys += [f"schedule={o['schedule']}", f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}",
+             f"global_batch={p.global_batch}"]
+    if o["schedule"] == "interleaved_1f1b":
+        keys.append(f"virtual_stages={o['virtual_stages']}")
+    keys += [f"checkpointing={_value(o['checkpointing'])}", f"zero={o['zero']}"]
+    if o["placement"] != "pp_inner":
+        keys.append(f"placement={o['placement']}")
+    return keys
+
+
+def commands(p: Problem, x: Prediction, user: list[str]) -> dict[str, str]:
+    """How to run the point for real: on this machine (python -m harness), or at scale
+    (torchrun per node, or the SLURM launcher), and, for a GPU cluster small enough, as an
+    emulated replay of the profile on CPU."""
+    keys = run_overrides(p, x, user)
+    cl = p.cluster
+    world = x.point.pp * x.point.dp
+    q = " ".join(shlex.quote(k) for k in keys)
+    out: dict[str, str] = {}
+    if cl.device == "cpu":
+        out["here"] = f"python -m harness {q}"
+        return out
+    nodes = math.ceil(world / cl.gpus_per_node)
+    per_node = min(world, cl.gpus_per_node)
+    out["torchrun"] = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
+                       f"--rdzv-endpoint $HEAD:29500 -m harness device=cuda compute=real {q}")
+    out["slurm"] = (f"python -m harness -m hydra/launcher=slurm hydra.launcher.gpus_per_node={cl.gpus_per_node} "
+                    f"device=cuda compute=real {q}")
+    if world <= MAX_PROCESSES_HERE and p.costs.profile is not None and p.config.model.name in ("gpt", "hf"):
+        # a tiny stand-in GPT with the same layers replays the profile's times on CPU, scaled to ~1 s a step
+        scale = min(1.0, 1.0 / max(x.step_time_s, 1e-9))
+        stand_in = [k for k in keys if not k.lstrip("+~").startswith(("model", "dtype", "optimizer"))]
+        out["emulated_here"] = ("python -m harness +scenario=h200_emulated " + " ".join(shlex.quote(k) for k in stand_in)
+                                + f" model.layers={p.num_layers - 2} cost.time_scale={scale:.3g}")
+    return out
+
+
+def to_json(p: Problem, r: Result, user: list[str], top: int) -> dict:
+    pts = []
+    for x in r.predictions:
+        d = x.as_dict(p.tokens_per_sample)
+        d["overrides"] = {**d["overrides"], "global_batch": p.global_batch}
+        if x.rank is not None and x.rank <= top:
+            d["commands"] = commands(p, x, user)
+        pts.append(d)
+    cl = p.cluster
+    return {
+        "cluster": {"name": cl.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
+                    "usable_bytes_per_gpu": cl.usable_bytes, "source": cl.source},
+        "model": {"name": p.config.model.name, "layers": p.num_layers, "dtype": p.config.dtype,
+                  "optimizer": p.config.optimizer.name, "profile": shown(p.costs.path) if p.costs.path else None},
+        "global_batch": p.global_batch,
+        "search": {"points": len(r.predictions), "fit": len(r.fitting), "seconds": r.seconds,
+                   "points_per_s": len(r.predictions) / r.seconds if r.seconds else None,
+                   "left_out": r.dropped, "left_out_examples": r.examples},
+        "assumptions": assumptions(p),
+        "user_overrides": user,
+        "points": pts,
+    }
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def to_markdown(p: Problem, r: Result, user: list[str], top: int, figure: str | None) -> str:
+    fit = r.fitting
+    best = fit[0]
+    unit = "tokens/s" if p.tokens_per_sample else "samples/s"
+    k = p.tokens_per_sample or 1
+
+    def row(x: Prediction) -> str:
+        m = x.memory
+        return (f"| {x.rank if x.rank else '-'} | {x.point.label()} | {_fmt_s(x.step_time_s)} | "
+                f"{x.throughput_samples_s * k:,.0f} | {x.throughput_samples_s / best.throughput_samples_s:.1%} | "
+                f"{m.peak / GIB:.1f} | {m.params / GIB:.1f} / {m.optimizer / GIB:.1f} / "
+                f"{(m.peak - m.params - m.grads - m.optimizer) / GIB:.1f} | {x.bubble:.3f} | "
+                f"{'yes' if x.pareto else ''} |")
+
+    head = (f"| rank | point | step | {unit} | of best | peak GiB/GPU | params / optimizer / activations GiB "
+            "| bubble | Pareto |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [f"# Advice: {p.config.model.name} ({p.num_layers} layers, {p.config.dtype}, {p.config.optimizer.name}) "
+             f"on {p.cluster.name}, global batch {p.global_batch}", "",
+             f"**Recommended:** `{best.point.label()}`: predicted step {_fmt_s(best.step_time_s)}, "
+             f"{best.throughput_samples_s * k:,.0f} {unit}, {best.memory.peak / GIB:.1f} GiB on the fullest GPU "
+             f"(of {p.cluster.usable_bytes / GIB:.1f} usable).", "",
+             f"Searched {len(r.predictions):,} points in {r.seconds:.1f} s "
+             f"({len(r.predictions) / max(r.seconds, 1e-9):,.0f} points/s); {len(fit):,} fit.", ""]
+    if figure:
+        lines += [f"![throughput against peak memory per GPU]({figure})", ""]
+    lines += [f"## The top {min(top, len(fit))}", "", head] + [row(x) for x in fit[:top]]
+    close = [x for x in fit[top:] if x.throughput_samples_s >= 0.9 * best.throughput_samples_s][:5]
+    other = _best_per_schedule(fit)
+    lines += ["", "## What else came close", ""]
+    if close:
+        lines += ["Within 10% of the best, beyond the top:", "", head] + [row(x) for x in close]
+    lines += ["", "The best point of each schedule:", "", head] + [row(x) for x in other]
+    smallest = min(fit, key=lambda x: x.memory.peak)
+    lines += ["", f"The smallest fitting point: {row(smallest)[1:].split('|')[1].strip()} at "
+                  f"{smallest.memory.peak / GIB:.1f} GiB, {smallest.throughput_samples_s / best.throughput_samples_s:.0%} "
+                  "of the best's throughput."]
+    lines += ["", "## Run them", ""]
+    for x in fit[:top]:
+        lines.append(f"{x.rank}. {x.point.label()}")
+        for where, cmd in commands(p, x, user).items():
+            lines += [f"   - {where}:", "", f"     ```bash\n     {cmd}\n     ```"]
+    lines += ["", "## Assumptions", ""] + [f"- {a}" for a in assumptions(p)]
+    if r.dropped:
+        lines += ["", "## Left out of the search", ""] + [f"- {n} x {why} (e.g. {r.examples[why]})"
+                                                        for why, n in sorted(r.dropped.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines) + "\n"
+
+
+def _best_per_schedule(fit: list[Prediction]) -> list[Prediction]:
+    seen: dict[str, Prediction] = {}
+    for x in fit:
+        seen.setdefault(x.point.schedule, x)
+    return sorted(seen.values(), key=lambda x: x.rank or 0)
+
+
+def figure(p: Problem, r: Result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = p.tokens_per_sample or 1
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    schedules = sorted({x.point.schedule for x in r.predictions})
+    colors = dict(zip(schedules, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    no = [x for x in r.predictions if not x.fits]
+    if no:
+        ax.scatter([x.memory.peak / GIB for x in no], [x.throughput_samples_s * k for x in no], s=6, c="0.8",
+                   label=f"does not fit ({len(no)})")
+    for s in schedules:
+        xs = [x for x in r.fitting if x.point.schedule == s]
+        if xs:
+            ax.scatter([x.memory.peak / GIB for x in xs], [x.throughput_samples_s * k for x in xs], s=8,
+                       color=colors[s], alpha=0.6, label=f"{s} ({len(xs)})")
+    front = sorted((x for x in r.fitting if x.pareto), key=lambda x: x.memory.peak)
+    ax.plot([x.memory.peak / GIB for x in front], [x.throughput_samples_s * k for x in front], "k.-", lw=1,
+            label="Pareto front")
+    best = r.fitting[0]
+    ax.scatter([best.memory.peak / GIB], [best.throughput_samples_s * k], marker="*", s=220, c="gold",
+               edgecolors="k", zorder=5, label=f"best: {best.point.label()}")
+    ax.axvline(p.cluster.usable_bytes / GIB, color="r", ls="--", lw=1, label="usable memory per GPU")
+    ax.set_xlabel("peak memory on the fullest GPU (GiB, predicted)")
+    ax.set_ylabel(("tokens" if p.tokens_per_sample else "samples") + " per second (predicted)")
+    ax.set_title(f"{p.config.model.name} on {p.cluster.name}, global batch {p.global_batch}: "
+                 f"{len(r.predictions):,} points (simulated)", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write(p: Problem, r: Result, out: Path, user: list[str], top: int) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "advice.json", "md": out / "advice.md", "png": out / "advice.png"}
+    paths["json"].write_text(json.dumps(to_json(p, r, user, top), indent=1))
+    figure(p, r, paths["png"])
+    paths["md"].write_text(to_markdown(p, r, user, top, paths["png"].name))
+    return paths

@@ -1,0 +1,316 @@
+"""`python -m harness.advise.validate --out reports/advise_validation/`: hold the advisor's
+predictions against measurement on this machine (cluster=here).
+
+The grid is two searches the advisor itself makes on cluster=here, every point of which is then
+run for real through harness.job.run_job:
+- `emulated`: the H200 GPT-2 profile replayed on a tiny stand-in GPT (+scenario=h200_emulated,
+  compute=emulated, cost.time_scale as calibrate.STAND_IN so the stand-in's real math stays
+  inside every modeled cost), every schedule, pp 2 and 4, dp 1 and 2, M from the global batch;
+- `real`: an mlp with real compute at pp <= 2 (this machine's cores), priced with its own
+  profile measured inside the executor (pp=1, M=4: calibrate.inrun_profile; no grid point is
+  that job) just before each run of each point, all of them averaged into the profile the
+  predictions use: real compute on a shared 2-core VM drifts by 10-20% over minutes, and one
+  profile taken minutes before the runs would measure the drift, not the prediction.
+Each point runs `--repeats` times (the repeats interleaved, so drift hits every point alike);
+its measured step is the median over every measured step of every repeat. Written: the table
+(predicted, measured, error) and the rank agreement (Spearman over the group, and over the
+predicted top 5), validation.md / validation.json / validation.png. The search's top point is
+held against the grid's median point, both measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from .cluster import AdviseError, ClusterConfig, load
+from .profiles import LayerCosts
+from .search import Point, Space, evaluate, search
+
+from .calibrate import REAL_MLP, REAL_SIZES, STAND_IN
+
+EMULATED_OVERRIDES = STAND_IN  # the H200 profile x cost.time_scale: the stand-in's real math stays inside each action
+EMULATED_BATCH = 16
+EMULATED_SPACE = Space(pp=(2, 4), dp=(1, 2), gpus=4, microbatch_sizes=(1, 2), virtual_stages=(2,),
+                       checkpointing=(False,), zero=(0,), placements=("pp_inner",))
+REAL_MODEL = ["model=mlp", *(f"{k}={v}" for k, v in REAL_MLP.items() if k != "model.name"), "compute=real",
+              "partition=profile", "wandb.mode=disabled"]
+REAL_B = REAL_SIZES
+REAL_BATCH = 128
+REAL_SPACE = Space(schedules=("gpipe", "1f1b"), pp=(1, 2), dp=(1,), gpus=2, microbatch_sizes=REAL_B,
+                   checkpointing=(False,), zero=(0,), placements=("pp_inner",))
+SMALL = [Point("1f1b", 2, 8, 1, 1, 2, False, 0, "pp_inner"), Point("gpipe", 4, 16, 1, 1, 1, False, 0, "pp_inner"),
+         Point("zbv", 2, 16, 1, 1, 1, False, 0, "pp_inner")]
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Rank correlation (average ranks for ties)."""
+    def ranks(x: list[float]) -> list[float]:
+        order = sorted(range(len(x)), key=x.__getitem__)
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    if len(a) < 2:
+        return 1.0
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return num / den if den else 1.0
+
+
+def _config(problem, pt: Point):
+    """The harness Config that runs `pt` (the problem's config with the point's keys; real
+    compute, noisier, 8 measured steps)."""
+    c = problem.config
+    c = replace(c, schedule=replace(c.schedule, name=pt.schedule), pp=pt.pp, dp=pt.dp, microbatches=pt.microbatches,
+                microbatch_size=pt.microbatch_size, virtual_stages=pt.virtual_stages, checkpointing=pt.checkpointing,
+                zero=pt.zero, global_batch=None, steps=8 if c.compute == "real" else 4, warmup_steps=1,
+                timeout_s=300.0)
+    return c
+
+
+def profile_beside(pt: Point, work: Path) -> Path:
+    """The real group's mlp profiled inside the executor at the point's B just before a run of
+    it (calibrate.inrun_profile: pp=1, M=4, never a grid point)."""
+    from .calibrate import inrun_profile
+
+    return inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
+                         (pt.microbatch_size,), lambda m: None)
+
+
+def mean_profile(paths: list[Path], out: Path) -> Path:
+    """One profile whose time at each microbatch size is the mean over `paths` measured at it."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    merged = runs[0]
+    for i, layer in enumerate(merged["layers"]):
+        sizes = sorted({b for r in runs for b in r["layers"][i]["by_microbatch"]}, key=int)
+        layer["by_microbatch"] = {}
+        for b in sizes:
+            at = [r["layers"][i]["by_microbatch"][b] for r in runs if b in r["layers"][i]["by_microbatch"]]
+            layer["by_microbatch"][b] = {**at[0], **{k: statistics.fmean(t[k] for t in at) for k in ("fwd_s", "bwd_s")}}
+    merged["measurement"] += (f"; the mean of {len(runs)} such profiles, one measured just before each run of each "
+                              "point (validate.py)")
+    out.write_text(json.dumps(merged, indent=1))
+    return out
+
+
+def run_point(group: str, problem, pt: Point, d: Path, rep: int, log) -> list[float]:
+    from harness.job import run_job
+
+    r = run_job(_config(problem, pt), d, "validate", pt.label())
+    if r.status != "ok":
+        raise AdviseError(f"validation run {group} {pt.label()}: {r.status}: {r.error}")
+    log(f"harness.advise.validate: {group} {pt.label()} (repeat {rep}): step {r.metrics.step_time_s * 1e3:.1f} ms")
+    return r.metrics.step_times_s
+
+
+def tied_ranks(values: list[float], resolution: float) -> list[float]:
+    """Ranks of `values` (1 = largest), with neighbours closer than `resolution` (relative) one
+    tie: the measurement cannot order them, so neither order counts against a prediction."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j]] - values[order[j + 1]] <= resolution * values[order[j]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[str, ...] = ("emulated", "real"),
+             small: bool = False, log=print, work: Path | None = None) -> dict:
+    """The table, figure and summary into `out`; the runs (records, traces) into `work`
+    (default out/runs).
+
+    Each repeat runs every point once (so drift over the minutes hits every point alike); the
+    real group's profile is measured again before each repeat of its runs and the predictions
+    use their mean (real compute on a shared machine drifts by several percent over minutes).
+    Its grid is what the search ranks on the first profile (every point fits either way)."""
+    from .problem import build_problem
+
+    work = out / "runs" if work is None else work
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    load0 = _load()
+    t0 = time.time()
+    grids: dict[str, tuple[object, list[Point]]] = {}
+    if "emulated" in groups:
+        problem = build_problem(EMULATED_OVERRIDES, cluster, EMULATED_BATCH, work)
+        pts = list(SMALL) if small else [x.point for x in search(problem, EMULATED_SPACE).fitting]
+        grids["emulated"] = (problem, pts)
+    if "real" in groups and not small:
+        from .calibrate import inrun_profile
+
+        first = inrun_profile(work / "grid_profile.json", work / "grid_profile", REAL_B, lambda m: None)
+        problem = build_problem([*REAL_MODEL, f"profile={first}"], cluster, REAL_BATCH, work)
+        grids["real"] = (problem, [x.point for x in search(problem, REAL_SPACE).fitting])
+    steps: dict[tuple[str, Point], list[float]] = {}
+    per_repeat: dict[tuple[str, Point], list[float]] = {}
+    profiles: list[Path] = []
+    for rep in range(repeats):
+        for group, (problem, pts) in grids.items():
+            for i, pt in enumerate(pts):
+                d = work / f"{group}_{i:02d}_r{rep}"
+                if group == "real":
+                    profiles.append(profile_beside(pt, d))
+                s = run_point(group, problem, pt, d, rep, log)
+                steps.setdefault((group, pt), []).extend(s)
+                per_repeat.setdefault((group, pt), []).append(statistics.median(s))
+    if profiles:  # real compute priced on the profiles measured beside its runs, over the same minutes
+        path = mean_profile(profiles, work / "mlp_inrun_profile.json")
+        problem = grids["real"][0]
+        grids["real"] = (replace(problem, costs=LayerCosts(problem.config, problem.num_layers,
+                                                           json.loads(path.read_text()), str(path))), grids["real"][1])
+    rows = []
+    for group, (problem, pts) in grids.items():
+        for pt in pts:
+            step, m = evaluate(problem, pt).step_time_s, statistics.median(steps[(group, pt)])
+            reps = per_repeat[(group, pt)]
+            rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
+                         "measured_step_s": m, "error": step / m - 1, "repeat_spread": (max(reps) - min(reps)) / m,
+                         "predicted_throughput": problem.global_batch / step,
+                         "measured_throughput": problem.global_batch / m})
+    summary = {}
+    for group, (problem, _) in grids.items():
+        g = [r for r in rows if r["group"] == group]
+        for key in ("predicted", "measured"):
+            for i, r in enumerate(sorted(g, key=lambda r: -r[f"{key}_throughput"])):
+                r[f"{key}_rank"] = i + 1
+        grid = sorted(g, key=lambda r: -r["predicted_throughput"])
+        top, median = grid[:5], grid[len(grid) // 2]
+        # the measurement's resolution: the median spread of a point's repeats (run-to-run drift)
+        resolution = statistics.median(r["repeat_spread"] for r in g) if repeats > 1 else 0.0
+        measured_top = [r["measured_throughput"] for r in top]
+        summary[group] = {
+            "points": len(g),
+            "max_abs_error": max(abs(r["error"]) for r in g),
+            "mean_abs_error": statistics.fmean(abs(r["error"]) for r in g),
+            "within_10pct": sum(abs(r["error"]) <= 0.10 for r in g),
+            "spearman_all": spearman([r["predicted_throughput"] for r in g], [r["measured_throughput"] for r in g]),
+            "spearman_top5": spearman([r["predicted_throughput"] for r in top], measured_top),
+            "resolution": resolution,
+            "spearman_top5_ties": spearman([-float(i) for i in range(len(top))],
+                                           [-x for x in tied_ranks(measured_top, resolution)]),
+            "top5_predicted": [r["point"] for r in top],
+            "top5_measured_order": [r["point"] for r in sorted(top, key=lambda r: -r["measured_throughput"])],
+            "top_point": grid[0]["point"], "top_measured_throughput": grid[0]["measured_throughput"],
+            "median_point": median["point"], "median_measured_throughput": median["measured_throughput"],
+        }
+    result = {"cluster": cluster.name, "cluster_source": cluster.source, "repeats": repeats, "small": small,
+              "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": _load(),
+              "summary": summary, "points": rows}
+    (out / "validation.json").write_text(json.dumps(result, indent=1))
+    figure(rows, out / "validation.png")
+    (out / "validation.md").write_text(markdown(result, cluster))
+    return result
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for group, marker in (("emulated", "o"), ("real", "s")):
+        g = [r for r in rows if r["group"] == group]
+        if g:
+            ax.scatter([r["measured_step_s"] * 1e3 for r in g], [r["predicted_step_s"] * 1e3 for r in g], marker=marker,
+                       label=f"{group} ({len(g)})", alpha=0.8)
+    lo = min(min(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 1e3 * 0.8
+    hi = max(max(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 1e3 * 1.2
+    xs = [lo, hi]
+    ax.plot(xs, xs, "k-", lw=1, label="predicted = measured")
+    ax.fill_between(xs, [x * 0.9 for x in xs], [x * 1.1 for x in xs], color="0.85", label="within 10%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step (ms, median of the steps)")
+    ax.set_ylabel("predicted step (ms, harness.advise)")
+    ax.set_title("predicted against measured, cluster=here (native executor)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(res: dict, cluster: ClusterConfig) -> str:
+    lines = ["# Predicted against measured (cluster=here)", "",
+             f"Regenerate: `make advise-validate` (`python -m harness.advise.validate`; cluster {cluster.name}: {cluster.source}). "
+             f"{res['repeats']} repeats per point, interleaved; measured = median of every measured step; "
+             f"runs took {res['run_seconds']:.0f} s; load average before {res['load_average_before']}, after "
+             f"{res['load_average_after']}.", "", "![predicted against measured](validation.png)", ""]
+    for group, s in res["summary"].items():
+        lines += [f"## {group}: {s['points']} points", "",
+                  f"- within 10%: {s['within_10pct']}/{s['points']}; largest error {s['max_abs_error']:.1%}, mean "
+                  f"{s['mean_abs_error']:.1%}",
+                  f"- rank correlation (Spearman) of throughput, all points: {s['spearman_all']:.3f}; the predicted top "
+                  f"5: {s['spearman_top5']:.3f}, and {s['spearman_top5_ties']:.3f} with measured points closer than "
+                  f"the measurement's resolution ({s['resolution']:.1%}: the median spread of a point's repeats) "
+                  "counted as ties",
+                  f"- predicted top 5: {', '.join(s['top5_predicted'])}",
+                  f"- measured order of those: {', '.join(s['top5_measured_order'])}",
+                  f"- the search's top point ({s['top_point']}) measured {s['top_measured_throughput']:.1f} samples/s; "
+                  f"the grid's median point ({s['median_point']}) {s['median_measured_throughput']:.1f}", "",
+                  "| point | predicted step | measured step | error | repeats' spread | predicted rank | measured rank |",
+                  "|---|---|---|---|---|---|---|"]
+        g = sorted((r for r in res["points"] if r["group"] == group), key=lambda r: r["predicted_rank"] or 0)
+        lines += [f"| {r['point']} | {r['predicted_step_s'] * 1e3:.1f} ms | {r['measured_step_s'] * 1e3:.1f} ms | "
+                  f"{r['error']:+.1%} | {r['repeat_spread']:.1%} | {r['predicted_rank']} | {r['measured_rank']} |" for r in g]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.advise.validate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("overrides", nargs="*", default=["cluster=here"], help="cluster=<preset> (default here)")
+    ap.add_argument("--out", type=Path, default=Path("reports/advise_validation"))
+    ap.add_argument("--work", type=Path, default=Path("runs/advise_validation"),
+                    help="where the runs' records go (git-ignored runs/; --out keeps only the tables and figure)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--groups", nargs="+", default=["emulated", "real"], choices=("emulated", "real"))
+    ap.add_argument("--small", action="store_true", help=f"only {len(SMALL)} emulated points")
+    args = ap.parse_args(argv)
+    try:
+        cluster = load(args.overrides)
+        res = validate(cluster, args.out, args.repeats, tuple(args.groups), args.small,
+                       lambda m: print(m, flush=True), args.work)
+    except AdviseError as e:
+        print(f"harness.advise.validate: error: {e}", file=sys.stderr)
+        return 2
+    for group, s in res["summary"].items():
+        print(f"harness.advise.validate: {group}: {s['within_10pct']}/{s['points']} within 10% (largest "
+              f"{s['max_abs_error']:.1%}), Spearman {s['spearman_all']:.3f}, top 5 {s['spearman_top5']:.3f} "
+              f"({s['spearman_top5_ties']:.3f} with ties within {s['resolution']:.1%})")
+    print(f"harness.advise.validate: wrote {args.out / 'validation.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

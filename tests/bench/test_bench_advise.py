@@ -1,0 +1,50 @@
+"""Benchmark: how fast harness.advise searches. Goal: 10,000 points in under a minute on 2
+cores: the 70B-class Llama on 8 x 8 H200s from its derived one-block profile, searched at
+global batches of 256, 512 and 1024 sequences (what a user weighing the batch runs), every
+schedule, pp x dp up to the 64 GPUs, B up to 64, v 2, 3, 4, 8, checkpointing, ZeRO-1 and
+placement: ~14,000 points.
+
+`make bench` times it (pytest-benchmark); under the default --benchmark-disable it runs once,
+untimed, on a small slice of the space, so it cannot rot. extra_info: points, seconds,
+points per second.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.advise.cluster import load
+from harness.advise.problem import build_problem
+from harness.advise.search import Space, search
+
+pytestmark = pytest.mark.bench
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA_70B = ["profile=" + str(ROOT / "data" / "llama70b_h200_derived_block_profile.json"), "dtype=bf16",
+             "optimizer=adamw"]
+FULL = Space(dp=(1, 2, 4, 8, 16, 32, 64), microbatch_sizes=(1, 2, 4, 8, 16, 32, 64), virtual_stages=(2, 3, 4, 8))
+SMOKE = Space(pp=(8,), microbatch_sizes=(1,), virtual_stages=(2,))
+
+
+def test_search_10k_points_under_a_minute(benchmark, tmp_path):
+    timed = not benchmark.disabled
+    cluster = load(["cluster=h200_8nodes"])
+    batches, space = ((256, 512, 1024), FULL) if timed else ((512,), SMOKE)
+    results = []
+
+    def run():
+        t0, points = time.perf_counter(), 0
+        for gb in batches:
+            points += len(search(build_problem(LLAMA_70B, cluster, gb, tmp_path), space, workers=2).predictions)
+        results.append((points, time.perf_counter() - t0))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    points, seconds = results[-1]
+    benchmark.extra_info.update(points=points, seconds=seconds, points_per_s=points / seconds)
+    if timed:
+        assert points >= 10_000, points
+        assert seconds < 60, f"{points} points in {seconds:.1f} s"
+    else:
+        assert points > 10

@@ -1,0 +1,341 @@
+"""harness.advise: the simulator it runs equals the engine, its memory equals memory_theory to
+the byte, small searches whose answer is known by construction, bad input in one line (exit 2),
+and predictions held against runs on this machine (a small version here; the whole grid is
+marked slow)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.advise import fastsim
+from harness.advise.__main__ import main as advise_main
+from harness.advise.cluster import AdviseError, from_dict, load
+from harness.advise.memory import LayerMemory, peak_per_gpu
+from harness.advise.problem import point_for, problem_for
+from harness.advise.search import Point, Space, evaluate, search
+from harness.config import Config
+from harness.memory_theory import theory_per_rank
+from harness.plan import make_plan
+from harness.schedules.builders import build, requirements
+from harness.simulate.cost import CostModel
+from harness.simulate.engine import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def config(**kw) -> Config:
+    c = Config()
+    c.wandb.mode = "disabled"
+    c.compute = "emulated"
+    c.model.layers, c.model.hidden = 8, 32
+    for key, value in kw.items():
+        target = c
+        *path, leaf = key.split(".")
+        for part in path:
+            target = getattr(target, part)
+        setattr(target, leaf, value)
+    return c
+
+
+def cluster(**kw) -> object:
+    """A GPU cluster with free, equal links unless told otherwise."""
+    base = {"name": "test", "device": "cuda", "gpus_per_node": 8, "nodes": 1, "memory_per_gpu_gib": 80.0,
+            "memory_bandwidth_Bps": 1e15, "intra": {"latency_s": 0.0, "bandwidth_Bps": 1e15},
+            "inter": {"latency_s": 0.0, "bandwidth_Bps": 1e15}}
+    for k, v in kw.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return from_dict(base)
+
+
+# -- the simulator ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev"])
+def test_fastsim_equals_the_engine(name):
+    """Random per-stage costs and a hop on every cross-rank message: the compiled simulator's
+    makespan equals harness.simulate.engine's to 1e-9 over N 1..6, M 1..12."""
+    rng = random.Random(name)
+    for n in (1, 2, 3, 4, 6):
+        for m in (1, 2, 3, 4, 5, 8, 12):
+            for v in ((2, 3) if name == "interleaved_1f1b" else (1,)):
+                if requirements(name, n, m, v):
+                    continue
+                sched = build(name, n, m, v)
+                S = 1 + max(a.stage for acts in sched.values() for a in acts)
+                f = tuple(rng.uniform(0.5, 2) for _ in range(S))
+                b = tuple(x * rng.uniform(1.2, 2.5) for x in f)
+                i, w = tuple(x * 0.55 for x in b), tuple(x * 0.45 for x in b)
+                ref = max(e.end for e in simulate(sched, CostModel(f, b, i, w, p2p_latency_s=0.07)))
+                c = fastsim.compile_schedule(sched)
+                fh = [0.07 if s + 1 < S and c.owner[s + 1] != c.owner[s] else 0.0 for s in range(S)]
+                bh = [0.07 if s and c.owner[s - 1] != c.owner[s] else 0.0 for s in range(S)]
+                assert fastsim.makespan(c, list(f), list(b), list(i), list(w), fh, bh) == pytest.approx(ref, abs=1e-9)
+
+
+def test_fastsim_prices_each_direction_on_its_own_link():
+    """A hop only on the gradient's way back (stage 1 -> 0) delays 1F1B by exactly M of them
+    at pp=2 where backwards are on the critical path... and F's way forward costs nothing."""
+    c = fastsim.compiled("gpipe", 2, 1, 1)
+    base = fastsim.makespan(c, [1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0])
+    assert base == pytest.approx(6.0)
+    assert fastsim.makespan(c, [1.0, 1.0], [2.0, 2.0], [1.0] * 2, [1.0] * 2, [0.5, 0.0], [0.0, 0.0]) == 6.5
+    assert fastsim.makespan(c, [1.0, 1.0], [2.0, 2.0], [1.0] * 2, [1.0] * 2, [0.0, 0.0], [0.0, 0.25]) == 6.25
+
+
+# -- memory ---------------------------------------------------------------------------------
+MODELS = {
+    "mlp": {},
+    "gpt": {"model.name": "gpt", "model.layers": 4, "model.hidden": 32, "model.heads": 2, "model.seq": 16,
+            "model.vocab": 64},
+    "llama": {"model.name": "hf", "model.layers": 4, "model.hidden": 32, "model.heads": 4, "model.kv_heads": 2,
+              "model.seq": 16, "model.vocab": 64, "model.ffn": 48},
+}
+
+
+@pytest.mark.grid  # 30 plans a model (~30 s in all): make test, not make test-fast
+@pytest.mark.parametrize("model", list(MODELS))
+def test_memory_composed_per_layer_equals_memory_theory(model):
+    """The fullest GPU's bytes, composed from per-layer traces and a symbolic replay, equal
+    theory_per_rank(make_plan(...)) to the byte: schedules, checkpointing (whole stage and per
+    layer), fp32/SGD and bf16/AdamW, ZeRO 0 and 1."""
+    cases = [("1f1b", 2, 4, 1, 1, 0), ("gpipe", 2, 4, 1, 2, 1), ("interleaved_1f1b", 2, 4, 2, 2, 0),
+             ("zbv", 2, 4, 1, 1, 0), ("zb_h1", 2, 3, 1, 1, 0)]
+    for sched, pp, m, v, dp, zero in cases:
+        for ck, every in ((False, 0), (True, 0), (True, 1)):
+            for dtype, opt in (("fp32", "sgd"), ("bf16", "adamw")):
+                c = config(**MODELS[model], **{"schedule.name": sched, "optimizer.name": opt})
+                c.pp, c.microbatches, c.virtual_stages, c.dp, c.zero, c.dtype = pp, m, v, dp, zero, dtype
+                c.checkpointing, c.checkpoint_every, c.microbatch_size = ck, every, 2
+                plan = make_plan(c)
+                theory = theory_per_rank(plan)
+                mem = LayerMemory(plan.config, plan.device)
+                got = peak_per_gpu(mem, sched, pp, m, v, dp, zero, plan.stage_layers, 2, ck, every)
+                assert got.peak == max(r.peak for r in theory), (model, sched, ck, every, dtype)
+                fullest = theory[max(range(len(theory)), key=lambda g: theory[g].peak)]
+                assert (got.params, got.optimizer) == (fullest.params, fullest.optimizer)
+
+
+# -- searches whose answer is known ---------------------------------------------------------
+def _problem(c: Config, cl, gb: int):
+    c.global_batch = gb
+    return problem_for(c, cl, emulated=False)
+
+
+def test_a_memory_budget_excludes_gpipe_at_large_m():
+    """GPipe holds all M microbatches at its turn, 1F1B at most pp: with a budget between the
+    two, GPipe fits at small M only, and the search picks 1F1B at the large M."""
+    c = config(**{"model.hidden": 512, "model.layers": 8})
+    probe = _problem(c, cluster(), 32 * 64)
+    one = evaluate(probe, Point("1f1b", 4, 32, 1, 1, 64, False, 0, "pp_inner")).memory.peak
+    gp = evaluate(probe, Point("gpipe", 4, 32, 1, 1, 64, False, 0, "pp_inner")).memory.peak
+    small = evaluate(probe, Point("gpipe", 4, 2, 1, 1, 64, False, 0, "pp_inner")).memory.peak
+    assert small < one * 1.2 < gp
+    budget = one * 1.2 / 2**30
+    p = _problem(c, cluster(memory_per_gpu_gib=budget, gpus_per_node=4), 32 * 64)
+    space = Space(schedules=("gpipe", "1f1b"), pp=(4,), microbatch_sizes=(64,), checkpointing=(False,))
+    r = search(p, space)
+    assert [x.point.schedule for x in r.fitting] == ["1f1b"]
+    assert not [x for x in r.predictions if x.point.schedule == "gpipe"][0].fits
+    small_m = search(_problem(c, cluster(memory_per_gpu_gib=budget, gpus_per_node=4), 2 * 64), space)
+    assert {x.point.schedule for x in small_m.fitting} == {"gpipe", "1f1b"}
+
+
+def test_a_slow_inter_node_link_keeps_stage_boundaries_inside_nodes():
+    """2 nodes x 4 GPUs, large activations and small gradients, InfiniBand 1000x slower than
+    NVLink: the best point keeps every stage boundary inside a node (the pipeline inside a
+    node, data parallelism across); with the links reversed in cost it would not matter."""
+    c = config(**{"model.hidden": 64, "model.layers": 8})
+    slow = cluster(gpus_per_node=4, nodes=2, intra={"latency_s": 5e-6, "bandwidth_Bps": 1e11},
+                   inter={"latency_s": 5e-4, "bandwidth_Bps": 1e8})
+    p = _problem(c, slow, 8 * 2048)
+    r = search(p, Space(schedules=("1f1b",), pp=(2, 4, 8), microbatch_sizes=(2048,), checkpointing=(False,),
+                        zero=(0,)))
+    best = r.fitting[0]
+    assert best.cross_node_boundaries == 0 and best.point.pp in (2, 4) and best.point.placement == "pp_inner"
+    crossing = [x for x in r.predictions if x.cross_node_boundaries]
+    assert crossing and all(x.step_time_s > best.step_time_s for x in crossing)
+
+
+def test_the_profile_partition_balances_a_heavy_lm_head(tmp_path):
+    """A profile whose head costs as much as four blocks: partition=profile gives the head a
+    stage of its own (fewer layers on the last stage) and predicts a faster step than equal
+    layer counts would."""
+    c = config(**{"model.name": "gpt", "model.layers": 10, "model.hidden": 32, "model.heads": 2,
+                  "model.seq": 16, "model.vocab": 64})
+    layers = [{"index": 0, "kind": "embed", "params": 100, "by_microbatch": {"1": {"fwd_s": 0.001, "bwd_s": 0.002}}}]
+    layers += [{"index": i, "kind": "block", "params": 100, "by_microbatch": {"1": {"fwd_s": 0.01, "bwd_s": 0.02}}}
+               for i in range(1, 11)]
+    layers.append({"index": 11, "kind": "head", "params": 100, "by_microbatch": {"1": {"fwd_s": 0.04, "bwd_s": 0.08}}})
+    path = tmp_path / "heavy_head.json"
+    path.write_text(json.dumps({"layers": layers}))
+    c.profile = str(path)
+    p = _problem(c, cluster(gpus_per_node=4), 16)
+    pt = Point("1f1b", 4, 16, 1, 1, 1, False, 0, "pp_inner")
+    balanced = evaluate(p, pt)
+    assert balanced.layers_per_stage[-1] == 1 and balanced.layers_per_stage[-1] < min(balanced.layers_per_stage[:-1])
+    uniform = evaluate(replace(p, costs=type(p.costs)(p.config, 12, None, None)), pt)
+    # the same seconds per layer, split in equal counts: priced by hand from the profile
+    f = [0.001] + [0.01] * 10 + [0.04]
+    b = [2 * x for x in f]
+    bounds = [(0, 3), (3, 6), (6, 9), (9, 12)]
+    comp = fastsim.compiled("1f1b", 4, 16, 1)
+    equal = fastsim.makespan(comp, [sum(f[a:e]) for a, e in bounds], [sum(b[a:e]) for a, e in bounds],
+                             [0.0] * 4, [0.0] * 4)
+    assert balanced.pipeline_s < 0.8 * equal
+    assert uniform.layers_per_stage == (3, 3, 3, 3)
+
+
+def test_interleaved_wins_on_equal_stages_at_small_m():
+    """Equal stages, free communication, M = pp: interleaved 1F1B's bubble is (N-1)/V chunks,
+    GPipe's and 1F1B's N-1 whole stages: the search ranks interleaved first."""
+    c = config(**{"model.layers": 16})
+    p = _problem(c, cluster(gpus_per_node=4), 4 * 8)
+    r = search(p, Space(schedules=("gpipe", "1f1b", "interleaved_1f1b"), pp=(4,), microbatch_sizes=(8,),
+                        virtual_stages=(2, 4), checkpointing=(False,)))
+    assert r.fitting[0].point.schedule == "interleaved_1f1b" and r.fitting[0].point.virtual_stages == 4
+    by = {(x.point.schedule, x.point.virtual_stages): x.step_time_s for x in r.fitting}
+    assert by[("interleaved_1f1b", 4)] < by[("interleaved_1f1b", 2)] < by[("1f1b", 1)]
+
+
+# -- bad input -------------------------------------------------------------------------------
+def test_a_cluster_too_small_for_the_smallest_stage_names_what_does_not_fit():
+    c = config(**{"model.hidden": 2048, "model.layers": 4, "optimizer.name": "adamw"})
+    p = _problem(c, cluster(memory_per_gpu_gib=0.05, gpus_per_node=2), 4)
+    with pytest.raises(AdviseError) as e:
+        search(p, Space(checkpointing=(True,)))
+    msg = str(e.value)
+    assert "\n" not in msg and "no point fits" in msg and "parameters" in msg
+    assert "optimizer state" in msg and "exceed it" in msg
+
+
+def test_a_global_batch_nothing_divides():
+    c = config()
+    p = _problem(c, cluster(gpus_per_node=8), 7)
+    with pytest.raises(AdviseError, match=r"--global-batch 7: no data-parallel degree here divides it"):
+        search(p, Space(pp=(1, 2)))
+
+
+def test_an_empty_search_space_says_why():
+    c = config()
+    p = _problem(c, cluster(gpus_per_node=4), 4)
+    with pytest.raises(AdviseError, match=r"search space is empty after the constraints: .*dualpipev needs at least"):
+        search(p, Space(schedules=("dualpipev",), pp=(4,)))
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(capsys):
+    assert advise_main(["cluster=nosuch", "--global-batch", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cluster=nosuch: no such preset" in err
+    assert advise_main(["cluster=h200_node", "cluster.nodes=0", "--global-batch", "8"]) == 2
+    assert "cluster.nodes=0: must be an integer >= 1" in capsys.readouterr().err
+    assert advise_main(["cluster=h200_node", "cluster.nodez=2", "--global-batch", "8"]) == 2
+    assert "cluster.nodez" in capsys.readouterr().err
+
+
+def test_cluster_presets_load_with_their_sources():
+    for name in ("h200_node", "h200_8nodes", "here"):
+        cl = load([f"cluster={name}"])
+        assert cl.source and cl.usable_bytes > 0
+    big = load(["cluster=h200_8nodes"])
+    assert big.gpus == 64 and big.intra.bandwidth_Bps == 450e9 and big.inter.bandwidth_Bps == 50e9
+
+
+def test_cli_writes_advice_for_the_h200_gpt2_profile(tmp_path):
+    """The command end to end on a small space: advice.json holds every point with its
+    overrides, step time, throughput, peak memory, fits and rank; advice.md the commands."""
+    out = tmp_path / "advice"
+    assert advise_main(["cluster=h200_node", "profile=data/gpt2_h200_profile.json", "dtype=bf16",
+                        "optimizer=adamw", "--global-batch", "32", "--pp", "2", "4", "--microbatch-sizes", "1", "4",
+                        "--virtual-stages", "2", "--out", str(out)]) == 0
+    d = json.loads((out / "advice.json").read_text())
+    pts = d["points"]
+    assert d["search"]["points"] == len(pts) > 20
+    for x in pts:
+        assert {"overrides", "step_time_s", "throughput_samples_s", "peak_bytes_per_gpu", "fits", "rank"} <= set(x)
+    ranked = [x for x in pts if x["rank"] is not None]
+    assert [x["rank"] for x in ranked] == list(range(1, len(ranked) + 1))
+    assert all(a["throughput_samples_s"] >= b["throughput_samples_s"] for a, b in zip(ranked, ranked[1:]))
+    md = (out / "advice.md").read_text()
+    assert "torchrun" in md and "hydra/launcher=slurm" in md and (out / "advice.png").stat().st_size > 10000
+
+
+def test_the_run_command_plans_the_point_it_predicts(tmp_path):
+    """The overrides advice.md prints for a point compose, through python -m harness's own
+    config, to a plan whose schedule, stages and microbatches are the point's."""
+    from harness.advise.problem import build_problem, compose_config
+    from harness.advise.report import run_overrides
+
+    cl = load(["cluster=here"])
+    user = ["+scenario=h200_emulated", "cost.time_scale=2"]
+    p = build_problem(user, cl, 16, tmp_path)
+    r = search(p, Space(pp=(2, 4), dp=(1, 2), gpus=4, microbatch_sizes=(1, 2), virtual_stages=(2,),
+                        checkpointing=(False,), zero=(0,), placements=("pp_inner",)))
+    for x in r.fitting[:3]:
+        c = compose_config(run_overrides(p, x, user))
+        plan = make_plan(c)
+        assert point_for(plan.config) == x.point
+        assert tuple(b - a for a, b in plan.stage_layers) == x.layers_per_stage
+
+
+# -- predictions against runs on this machine ----------------------------------------------
+@pytest.mark.dist
+def test_predictions_hold_on_this_machine_small(tmp_path):
+    """Three emulated replays of the H200 GPT-2 profile, each predicted within 10% of its
+    measured step, and the fastest predicted measured fastest."""
+    from harness.advise.validate import validate
+
+    res = validate(load(["cluster=here"]), tmp_path, repeats=1, groups=("emulated",), small=True, log=lambda m: None)
+    for r in res["points"]:
+        assert abs(r["error"]) <= 0.10, r
+    rows = sorted(res["points"], key=lambda r: -r["predicted_throughput"])
+    assert rows[0]["measured_throughput"] >= max(r["measured_throughput"] for r in rows[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_predictions_hold_on_the_whole_grid(tmp_path):
+    """The validation grid (every schedule, pp 2 and 4, dp 1 and 2 of the emulated H200 replay;
+    the real-compute mlp at pp <= 2): every point within 10%, the top 5's measured order
+    agrees with the predicted (Spearman >= 0.9), the search's top point measured faster than
+    the grid's median point. Measured points closer than the measurement's resolution (the
+    median spread of a point's repeats) are ties: the measurement cannot order them."""
+    from harness.advise.validate import validate
+
+    res = validate(load(["cluster=here"]), tmp_path, repeats=2, log=lambda m: None)
+    for r in res["points"]:
+        assert abs(r["error"]) <= 0.10, r
+    for group, s in res["summary"].items():
+        assert s["spearman_top5_ties"] >= 0.9, (group, s)
+        assert s["top_measured_throughput"] > s["median_measured_throughput"], (group, s)
+
+
+def test_points_closer_than_the_resolution_are_tied():
+    from harness.advise.validate import spearman, tied_ranks
+
+    assert tied_ranks([10.0, 9.95, 8.0, 7.0], 0.01) == [1.5, 1.5, 3, 4]
+    assert tied_ranks([10.0, 9.95, 8.0, 7.0], 0.0) == [1, 2, 3, 4]
+    # a swap inside a tie costs nothing; a swap beyond it does
+    assert spearman([4, 3, 2, 1], [-x for x in tied_ranks([9.95, 10.0, 8.0, 7.0], 0.01)]) == pytest.approx(0.9487, 1e-3)
+    assert spearman([4, 3, 2, 1], [-x for x in tied_ranks([8.0, 10.0, 9.95, 7.0], 0.01)]) < 0.5
+
+
+def test_derived_70b_profile_is_labelled_derived():
+    d = json.loads((ROOT / "data" / "llama70b_h200_derived_block_profile.json").read_text())
+    assert d["derived"] is True and "DERIVED" in d["device"] and d["derivation"]["method"]
+    assert [x["kind"] for x in d["layers"]] == ["embed", "block", "head"]
+    assert all(x["measured"] is False and x["derived"] is True for x in d["layers"])
+
+
+@pytest.mark.subprocess
+def test_module_entry_point_runs(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness.advise", "cluster=nosuch", "--global-batch", "4"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip().startswith("harness.advise: error: cluster=nosuch")
