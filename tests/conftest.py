@@ -178,6 +178,31 @@ SLOW = (
     "tests/test_peer.py::test_pytorch_matches_native[dualpipev-",
     "tests/test_theory_costs.py::test_theory_equals_the_simulator_in_the_runs_costs[interleaved_1f1b]",
     "tests/test_theory_costs.py::test_theory_equals_the_simulator_in_the_runs_costs[dualpipev]",
+    # make report as typed, and a CLI sweep: test_report_of_a_real_sweep and test_a_failing_point_does_not_stop_the_sweep
+    "tests/test_sweep.py::test_sweep_then_report",
+    # fresh interpreters and processes: torchrun (test_a_torchrun_world_of_another_size_is_refused
+    # reads its variables in-process), kill -9 of a sweep (test_a_signal_at_any_moment_is_recorded_...),
+    # an online sweep without a key (the offline sweep and test_log_wandb_never_raises_...), the
+    # report's exit status (test_copy_as_a_plain_name_replaces_only_an_earlier_copy)
+    "tests/test_dp.py::test_torchrun_uses_its_ranks_and_rank0_records",
+    "tests/test_reliability.py::test_killing_the_harness_leaves_no_process_and_resume_completes",
+    "tests/test_wandb.py::test_online_sweep_without_an_api_key_exits_0_with_its_summary",
+    "tests/test_report_robust.py::test_the_cli_exit_status",
+    # B in the emulated cost: test_the_dp_study_at_a_fixed_global_batch_matches_its_reference (B shrinks with dp)
+    "tests/test_numbers.py::test_emulated_throughput_grows_with_b_as_the_cost_model_says",
+    # more members of the grids above
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[interleaved_1f1b-2-8]",
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[zb_h1-2-8]",
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[zbv-2-8]",
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[dualpipev-2-8]",
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[interleaved_1f1b-4-4]",
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[zb_h1-4-4]",
+    "tests/test_schedules_run.py::test_schedule_matches_single_process_reference[zbv-4-4]",
+    "tests/test_hf_model.py::test_pipeline_trains_exactly_as_the_hf_model[llama-1f1b]",
+    "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[interleaved_1f1b-2]",
+    "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[dualpipev-1]",
+    "tests/test_peer.py::test_pytorch_matches_native[zb_h1-",
+    "tests/test_memory_breakdown.py::test_measured_equals_theory_for_every_component_on_every_rank[mlp-adamw-zero1-dp2]",
     # benchmarks of seconds each (make bench times them; test_bench_records runs in make test)
     "tests/bench/test_bench_advise.py",
     "tests/bench/test_bench_executors.py",
