@@ -119,7 +119,7 @@ def _param_counts(plan) -> dict[int, list[int]]:
                 for s, (a, b) in enumerate(plan.stage_layers)}
 
 
-def _zero_shares(numels: list[int], dp: int) -> list[list[int]]:
+def zero_shares(numels: list[int], dp: int) -> list[list[int]]:
     """torch's ZeroRedundancyOptimizer partition: largest first, each to the least loaded."""
     shares: list[list[int]] = [[] for _ in range(dp)]
     load = [0] * dp
@@ -154,7 +154,7 @@ def theory_per_rank(plan) -> list[RankBytes]:
         params = precision.bytes * sum(tensors)
         # ZeRO partitions each stage's DDP module's parameters across its replicas, the stages
         # of a rank together in one optimizer
-        shard = _zero_shares(tensors, c.dp)[replica] if c.zero else tensors
+        shard = zero_shares(tensors, c.dp)[replica] if c.zero else tensors
         optimizer = _optimizer_bytes(shard, tensors, c, precision)
         acts = {s: stage_activations(plan, s) for s in mine}
         held_peak, live_peak = _replay(plan.schedule[prank], acts, {s: precision.bytes * sum(numels[s]) for s in mine})

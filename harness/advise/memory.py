@@ -29,7 +29,7 @@ from functools import lru_cache
 import torch
 
 from harness.config import Config
-from harness.memory_theory import stage_activations
+from harness.memory_theory import stage_activations, zero_shares
 from harness.model import get_model
 from harness.precision import Precision
 from harness.schedules.ir import Kind
@@ -195,18 +195,6 @@ def _prune_live(states: set) -> list:
                    for y in kept):
             kept.append(x)
     return kept
-
-
-def zero_shares(numels: list[int], dp: int) -> list[list[int]]:
-    """torch's ZeroRedundancyOptimizer partition: largest first, each to the least loaded
-    (memory_theory._zero_shares)."""
-    shares: list[list[int]] = [[] for _ in range(dp)]
-    load = [0] * dp
-    for n in sorted(numels, reverse=True):
-        r = load.index(min(load))
-        shares[r].append(n)
-        load[r] += n
-    return shares
 
 
 def optimizer_bytes(shard: list[int], all_numels: list[int], c: Config) -> int:

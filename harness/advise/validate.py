@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from .calibrate import REAL_MLP, REAL_SIZES, STAND_IN, load_average
 from .cluster import AdviseError, ClusterConfig, load
 from .profiles import LayerCosts
 from .search import Point, Space, evaluate, search
-
-from .calibrate import REAL_MLP, REAL_SIZES, STAND_IN
 
 EMULATED_OVERRIDES = STAND_IN  # the H200 profile x cost.time_scale: the stand-in's real math stays inside each action
 EMULATED_BATCH = 16
@@ -149,7 +147,7 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     work = out / "runs" if work is None else work
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    load0 = _load()
+    load0 = load_average()
     t0 = time.time()
     grids: dict[str, tuple[object, list[Point]]] = {}
     if "emulated" in groups:
@@ -215,19 +213,12 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             "median_point": median["point"], "median_measured_throughput": median["measured_throughput"],
         }
     result = {"cluster": cluster.name, "cluster_source": cluster.source, "repeats": repeats, "small": small,
-              "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": _load(),
+              "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": load_average(),
               "summary": summary, "points": rows}
     (out / "validation.json").write_text(json.dumps(result, indent=1))
     figure(rows, out / "validation.png")
     (out / "validation.md").write_text(markdown(result, cluster))
     return result
-
-
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def figure(rows: list[dict], path: Path) -> None:
