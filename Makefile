@@ -17,7 +17,8 @@ DASHBOARD_ARGS ?=
 SWEEP_ARGS ?= experiment=study
 SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
 # job directories of the later parts get a prefix (ckpt0_..., dp1_...): ids stay unique in the report
-SUBDIR = 'hydra.sweep.subdir=$(1)$${hydra.job.num}_$${harness.dirname:$${hydra.job.override_dirname}}'
+# (quoted: Hydra's override grammar parses a nested interpolation only inside a quoted string)
+SUBDIR = 'hydra.sweep.subdir="$(1)$${hydra.job.num}_$${harness.dirname:$${hydra.job.override_dirname}}"'
 # each part of the sweep writes <sweep>/multirun.yaml (its -m invocation's config): kept as multirun.<part>.yaml
 KEEP_MULTIRUN = mv $(SWEEP_DIR)/multirun.yaml $(SWEEP_DIR)/multirun.$(1).yaml
 # make profile: where the CPU profile goes (git-ignored runs/; OUT=data/gpt_cpu_profile.json refreshes the committed one)

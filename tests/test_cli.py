@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -312,3 +313,15 @@ def test_the_console_script_runs_elsewhere_with_relative_paths(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     records = [json.loads(r.read_text()) for r in (tmp_path / "sweep").rglob("result.json")]
     assert [(r["status"], r["config"]["profile"]) for r in records] == [("ok", str(tmp_path / "p.json"))]
+
+
+def test_make_sweeps_job_directory_override_parses(tmp_path, run_harness):
+    """The `hydra.sweep.subdir=` make sweep passes its later parts (Makefile SUBDIR), as the
+    shell hands it over: Hydra's grammar takes a nested interpolation only when quoted."""
+    text = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    (subdir,) = re.findall(r"^SUBDIR = '(.*)'$", text, flags=re.M)
+    arg = subdir.replace("$(1)", "ckpt").replace("$$", "$")
+    r = run_harness("-m", "executor=sim", "pp=2", "microbatches=2,4", "wandb.mode=disabled",
+                    f"hydra.sweep.dir={tmp_path}/s", arg, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(d.name.split("_")[0] for d in (tmp_path / "s").iterdir() if d.is_dir()) == ["ckpt0", "ckpt1"]
