@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.model.split_linear import SplitLinear
-from harness.model.stack import LayerStack
+from harness.model.stack import TokenStack
 
 
 class Embed(nn.Module):
@@ -52,7 +52,7 @@ class Head(nn.Module):
         return self.lm(self.ln(x))
 
 
-class GPT(LayerStack):
+class GPT(TokenStack):
     @property
     def num_layers(self) -> int:
         """The embedding, model.layers blocks, the head."""
@@ -69,21 +69,6 @@ class GPT(LayerStack):
         if kind == "head":
             return Head(c.hidden, c.vocab)
         return Block(c.hidden, c.heads)
-
-    def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random token ids [samples, seq] and their next tokens as targets."""
-        g = torch.Generator().manual_seed(seed * 7919 + step + 1)
-        ids = torch.randint(0, self.cfg.vocab, (samples, self.cfg.seq + 1), generator=g)
-        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-
-    def activation_shape(self, microbatch_size: int) -> tuple[int, ...]:
-        return (microbatch_size, self.cfg.seq, self.cfg.hidden)
-
-    def input_shape(self, i: int, microbatch_size: int) -> tuple[tuple[int, ...], torch.dtype]:
-        """What layer i takes: token ids for the embedding, hidden states after it."""
-        if i == 0:
-            return (microbatch_size, self.cfg.seq), torch.int64
-        return self.activation_shape(microbatch_size), torch.float32
 
     def fwd_flops(self, i: int, microbatch_size: int) -> float:
         """Forward FLOPs (2 per multiply-add) of layer i for one microbatch: the linears

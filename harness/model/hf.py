@@ -43,7 +43,7 @@ from torch import nn
 from harness.config import ModelConfig
 from harness.model.protocol import ModelError
 from harness.model.split_linear import SplitLinear, to_split_linear
-from harness.model.stack import LayerStack
+from harness.model.stack import TokenStack
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ class Head(nn.Module):
         return self.lm_head(self.ln_f(h) if hasattr(self, "ln_f") else self.norm(h))
 
 
-class HFModel(LayerStack):
+class HFModel(TokenStack):
     """A transformers decoder as embedding, model.layers blocks, head (module docstring)."""
 
     def __init__(self, cfg: ModelConfig):
@@ -242,20 +242,6 @@ class HFModel(LayerStack):
             for proj in (layer.layer.attn.c_proj, layer.layer.mlp.c_proj):
                 nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * c.n_layer))
         return layer
-
-    def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random token ids [samples, seq] and their next tokens as targets."""
-        g = torch.Generator().manual_seed(seed * 7919 + step + 1)
-        ids = torch.randint(0, self.cfg.vocab, (samples, self.cfg.seq + 1), generator=g)
-        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-
-    def activation_shape(self, microbatch_size: int) -> tuple[int, ...]:
-        return (microbatch_size, self.cfg.seq, self.cfg.hidden)
-
-    def input_shape(self, i: int, microbatch_size: int) -> tuple[tuple[int, ...], torch.dtype]:
-        if i == 0:
-            return (microbatch_size, self.cfg.seq), torch.int64
-        return self.activation_shape(microbatch_size), torch.float32
 
     def fwd_flops(self, i: int, microbatch_size: int) -> float:
         """Forward FLOPs (2 per multiply-add) of layer i on one microbatch: the block's linears

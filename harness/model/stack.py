@@ -59,3 +59,23 @@ class LayerStack:
 
     def fwd_flops(self, i: int, microbatch_size: int) -> float:
         raise NotImplementedError
+
+
+class TokenStack(LayerStack):
+    """A decoder language model: token ids into an embedding, hidden states [B, seq, hidden]
+    between layers, next-token targets. What GPT and the Hugging Face decoders share."""
+
+    def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random token ids [samples, seq] and their next tokens as targets."""
+        g = torch.Generator().manual_seed(seed * 7919 + step + 1)
+        ids = torch.randint(0, self.cfg.vocab, (samples, self.cfg.seq + 1), generator=g)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def activation_shape(self, microbatch_size: int) -> tuple[int, ...]:
+        return (microbatch_size, self.cfg.seq, self.cfg.hidden)
+
+    def input_shape(self, i: int, microbatch_size: int) -> tuple[tuple[int, ...], torch.dtype]:
+        """What layer i takes: token ids for the embedding, hidden states after it."""
+        if i == 0:
+            return (microbatch_size, self.cfg.seq), torch.int64
+        return self.activation_shape(microbatch_size), torch.float32
