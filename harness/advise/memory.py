@@ -47,11 +47,6 @@ class RankPeak:
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("params", "grads", "optimizer", "activations", "peak", "rank")}
 
-    def largest_part(self) -> str:
-        parts = {"parameters": self.params, "gradients": self.grads, "optimizer state": self.optimizer,
-                 "activations": self.peak - self.params - self.grads - self.optimizer}
-        return max(parts, key=parts.__getitem__)
-
 
 class LayerMemory:
     """The model's per-layer bytes: parameter tensors (meta device) and, per microbatch size and

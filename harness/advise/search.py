@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Callable
 
 from harness.config import MAX_ACTIONS, SPLIT_BACKWARD, Config
 from harness.precision import Precision
@@ -420,14 +420,3 @@ def nothing_fits(p: Problem, preds: list[Prediction]) -> str:
     return (f"no point fits cluster {cl.name}'s {gib(usable)} per GPU ({cl.memory_per_gpu_gib:g} GiB - "
             f"{cl.memory_reserve_gib:g} reserved): the smallest, {x.point.label()}, needs {gib(m.peak)} on "
             f"pipeline rank {m.rank} ({parts}); {why} (more GPUs, ZeRO, checkpointing, or a smaller model)")
-
-
-def describe_space(points: Iterable[Point]) -> dict:
-    pts = list(points)
-    return {k: sorted({getattr(x, k) for x in pts}) for k in ("schedule", "pp", "dp", "microbatch_size",
-                                                                 "virtual_stages", "checkpointing", "zero",
-                                                                 "placement")}
-
-
-def point_dict(pt: Point) -> dict:
-    return asdict(pt)
