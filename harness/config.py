@@ -176,6 +176,18 @@ class Config:
     fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
 
 
+def set_keys(c: Config, **values: Any) -> Config:
+    """`c` with dotted keys set (`set_keys(c, **{"model.hidden": 64})`), unvalidated: for code
+    that builds a Config without Hydra (calibration runs, tests)."""
+    for key, value in values.items():
+        target = c
+        *path, leaf = key.split(".")
+        for part in path:
+            target = getattr(target, part)
+        setattr(target, leaf, value)
+    return c
+
+
 def register() -> None:
     ConfigStore.instance().store(name="harness_schema", node=Config)
     if not OmegaConf.has_resolver("harness.dirname"):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import Config
+from harness.config import Config, set_keys
 
 # Python started fresh costs ~5 s of imports (torch) and its own forkserver (~5 s more) before
 # a sweep's first job: `make test` runs `python -m harness` this way where the process itself
@@ -27,13 +27,7 @@ def config():
         c.model.layers, c.model.hidden = 8, 32
         c.steps, c.warmup_steps = 3, 1
         c.timeout_s = 120
-        for key, value in overrides.items():
-            target = c
-            *path, leaf = key.split(".")
-            for part in path:
-                target = getattr(target, part)
-            setattr(target, leaf, value)
-        return c
+        return set_keys(c, **overrides)
 
     return make
 

@@ -20,7 +20,7 @@ from harness.advise.cluster import AdviseError, from_dict, load
 from harness.advise.memory import LayerMemory, peak_per_gpu
 from harness.advise.problem import point_for, problem_for
 from harness.advise.search import Point, Space, evaluate, search
-from harness.config import Config
+from harness.config import Config, set_keys
 from harness.memory_theory import theory_per_rank
 from harness.plan import make_plan
 from harness.schedules.builders import build, requirements
@@ -35,13 +35,7 @@ def config(**kw) -> Config:
     c.wandb.mode = "disabled"
     c.compute = "emulated"
     c.model.layers, c.model.hidden = 8, 32
-    for key, value in kw.items():
-        target = c
-        *path, leaf = key.split(".")
-        for part in path:
-            target = getattr(target, part)
-        setattr(target, leaf, value)
-    return c
+    return set_keys(c, **kw)
 
 
 def cluster(**kw) -> object:

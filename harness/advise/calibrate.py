@@ -136,18 +136,12 @@ REAL_SIZES = (8, 16)  # the real group's microbatch sizes (validate.py)
 
 
 def _config(**kw):
-    from harness.config import Config
+    from harness.config import Config, set_keys
 
     c = Config()
     c.wandb.mode = "disabled"
     c.steps, c.warmup_steps, c.timeout_s = 5, 1, 300
-    for key, value in kw.items():
-        target = c
-        *path, leaf = key.split(".")
-        for part in path:
-            target = getattr(target, part)
-        setattr(target, leaf, value)
-    return c
+    return set_keys(c, **kw)
 
 
 # The executor's overheads are measured on the workload the advisor predicts here: the H200

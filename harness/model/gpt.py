@@ -53,14 +53,6 @@ class Head(nn.Module):
 
 
 class GPT(TokenStack):
-    @property
-    def num_layers(self) -> int:
-        """The embedding, model.layers blocks, the head."""
-        return self.cfg.layers + 2
-
-    def kind(self, i: int) -> str:
-        return "embed" if i == 0 else "head" if i == self.num_layers - 1 else "block"
-
     def build_layer(self, i: int) -> nn.Module:
         c = self.cfg
         kind = self.kind(i)

@@ -220,13 +220,6 @@ class HFModel(TokenStack):
         """transformers' config object (imports transformers on first use)."""
         return hf_config(self.cfg)
 
-    @property
-    def num_layers(self) -> int:
-        return self.cfg.layers + 2
-
-    def kind(self, i: int) -> str:
-        return "embed" if i == 0 else "head" if i == self.num_layers - 1 else "block"
-
     def build_layer(self, i: int) -> nn.Module:
         c, std = self.config, self.config.initializer_range
         kind = self.kind(i)

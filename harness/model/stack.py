@@ -62,8 +62,17 @@ class LayerStack:
 
 
 class TokenStack(LayerStack):
-    """A decoder language model: token ids into an embedding, hidden states [B, seq, hidden]
-    between layers, next-token targets. What GPT and the Hugging Face decoders share."""
+    """A decoder language model: token ids into an embedding, model.layers blocks, a head;
+    hidden states [B, seq, hidden] between layers, next-token targets. What GPT and the
+    Hugging Face decoders share."""
+
+    @property
+    def num_layers(self) -> int:
+        """The embedding, model.layers blocks, the head."""
+        return self.cfg.layers + 2
+
+    def kind(self, i: int) -> str:
+        return "embed" if i == 0 else "head" if i == self.num_layers - 1 else "block"
 
     def batch(self, seed: int, step: int, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Random token ids [samples, seq] and their next tokens as targets."""
