@@ -8,7 +8,6 @@ from __future__ import annotations
 import pickle
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module

@@ -10,7 +10,7 @@ import pytest
 
 from harness import theory
 from harness.metrics import bubble_per_rank
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
+from harness.schedules.builders import BUILDERS, build, requirements
 from harness.schedules.csv_io import from_csv, to_csv
 from harness.schedules.ir import Action, Kind
 from harness.simulate.cost import CostModel

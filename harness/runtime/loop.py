@@ -13,7 +13,7 @@ import gc
 import importlib
 import os
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.queues import Queue
 from typing import Any, Protocol
