@@ -20,6 +20,7 @@ from harness.plan import make_plan
 from harness.record import GANTT, RESULT, TRACE
 from harness.result import RecordError, read
 from harness.runtime.launch import external_rank
+from harness.sweeper import State
 
 register()
 
@@ -88,7 +89,7 @@ def main(cfg: DictConfig) -> None:
         return
     try:
         with DirLock(out):
-            result = run_job(to_config(cfg), out, group, name, _cuda_devices())
+            result = run_job(to_config(cfg), out, group, name, _cuda_devices(), State.pool if sweep else None)
     except Busy as e:
         print(f"harness: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,15 +21,18 @@ from harness.reference import reference_losses
 from harness.result import Metrics, RecordError, Result, read
 from harness.wandb_log import log_wandb
 from harness.runtime.faults import maybe_interrupt, parse_fault
-from harness.runtime.launch import Execution, WorkerError, external_rank, from_reports, run_external, run_processes
+from harness.runtime.launch import (Execution, RankPool, WorkerError, external_rank, from_reports, run_external,
+                                   run_processes)
 from harness.runtime.registry import get_executor
 
 
-def execute(plan: Plan, pids: list[int], out_dir: Path | None = None) -> Execution | None:
+def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: ExitStack | None = None,
+            pool: RankPool | None = None) -> Execution | None:
     """The plan through its executor (a lookup in the registry); None on a rank other than 0
     of an external launcher (torchrun, SLURM/submitit: rank 0 records the job). While workers
     run, <out_dir>/running.json names this process and them (what to look for if a job seems
-    stuck; tests wait on it)."""
+    stuck; tests wait on it). A sweep's `pool` runs them if it serves the plan; other workers
+    that all reported are joined when `later` closes."""
     executor = get_executor(plan.config.executor)
     if executor.run is not None:
         return executor.run(plan, pids)
@@ -40,7 +44,7 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None) -> Executi
         if out_dir is not None:
             write_json_atomic(out_dir / RUNNING, {"pid": os.getpid(), "worker_pids": workers})
 
-    return from_reports(run_processes(plan, executor.runner, pids, started))
+    return from_reports(run_processes(plan, executor.runner, pids, started, later, pool))
 
 
 def measure(plan: Plan, run: Execution) -> Metrics:
@@ -78,10 +82,12 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     write_json_atomic(out_dir / RESULT, result.to_json())
 
 
-def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0) -> Result:
+def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0,
+            pool: RankPool | None = None) -> Result:
     """Runs one job and writes its records; returns its Result. Any failure is recorded and
     returned, never raised, except ConfigError (the config cannot run; raised after its
-    failed record is written) and KeyboardInterrupt (recorded `interrupted`)."""
+    failed record is written) and KeyboardInterrupt (recorded `interrupted`). A sweep's rank
+    `pool` (harness/runtime/launch.py) runs it if it serves the plan."""
     pids: list[int] = []  # the workers', recorded so a test (or a suspicious user) can check they are gone
     result = Result("failed", None, asdict(c), worker_pids=pids)
     (out_dir / RESULT).unlink(missing_ok=True)  # a rerun's earlier record no longer describes this directory
@@ -105,12 +111,13 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
             result.status, result.error, result.wall_s = "skipped", why, time.time() - started
             write_json_atomic(out_dir / RESULT, result.to_json())
             return result
-        run = execute(plan, pids, out_dir)
-        if run is None:
-            return result  # a torchrun/submitit rank other than 0: rank 0 records the job
-        result.metrics = measure(plan, run)
-        result.status, result.wall_s = "ok", time.time() - started
-        write_records(out_dir, result, plan, run, group, name)
+        with ExitStack() as later:  # the workers' exit overlaps the measuring
+            run = execute(plan, pids, out_dir, later, pool)
+            if run is None:
+                return result  # a torchrun/submitit rank other than 0: rank 0 records the job
+            result.metrics = measure(plan, run)
+            result.status, result.wall_s = "ok", time.time() - started
+            write_records(out_dir, result, plan, run, group, name)
     except ConfigError as e:
         result.error_detail = e.detail
         if rank0:

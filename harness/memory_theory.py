@@ -27,7 +27,9 @@ Sources, per component (bytes per parameter in brackets):
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -60,13 +62,41 @@ class StageActivations:
 def stage_activations(plan, stage: int) -> StageActivations:
     c = plan.config
     a, b = plan.stage_layers[stage]
-    model = get_model(c.model)
-    kept = _trace(model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c, c.checkpointing, plan.device)
+    return _stage_activations(_Stage(c.model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c.dtype,
+                                     c.microbatch_size, c.microbatches, c.seed, c.checkpointing, c.checkpoint_every,
+                                     plan.device))
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """What a stage's activation bytes depend on: a sweep's jobs that share it trace it once."""
+    model: Any = field(compare=False)  # ModelConfig (unhashable); `model_key` stands for it
+    a: int
+    b: int
+    first: bool
+    last: bool
+    dtype: str
+    microbatch_size: int
+    microbatches: int
+    seed: int
+    checkpointing: bool
+    checkpoint_every: int
+    device: str
+    model_key: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_key", repr(self.model))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_activations(st: _Stage) -> StageActivations:
+    model = get_model(st.model)
+    kept = _trace(model, st.a, st.b, st.first, st.last, st, st.checkpointing, st.device)
     recompute = 0
-    if c.checkpointing:  # the largest segment's saved bytes, materialised while its backward runs
-        size = c.checkpoint_every or (b - a)
-        recompute = max(_trace(model, lo, min(b, lo + size), stage == 0 and lo == a, False, c, False, plan.device)
-                        for lo in range(a, b, size))
+    if st.checkpointing:  # the largest segment's saved bytes, materialised while its backward runs
+        size = st.checkpoint_every or (st.b - st.a)
+        recompute = max(_trace(model, lo, min(st.b, lo + size), st.first and lo == st.a, False, st, False, st.device)
+                        for lo in range(st.a, st.b, size))
     return StageActivations(kept, recompute)
 
 
@@ -113,10 +143,14 @@ def _trace(model, a: int, b: int, first: bool, last: bool, c, checkpointing: boo
 
 def _param_counts(plan) -> dict[int, list[int]]:
     """Stage -> the numel of each of its parameter tensors (built on the meta device)."""
-    model = get_model(plan.config.model)
+    return {s: list(_numels(_Stage(plan.config.model, a, b, False, False, "", 0, 0, 0, False, 0, "meta")))
+            for s, (a, b) in enumerate(plan.stage_layers)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _numels(st: _Stage) -> tuple[int, ...]:
     with torch.device("meta"):
-        return {s: [p.numel() for p in model.build_layers(a, b, 0).parameters()]
-                for s, (a, b) in enumerate(plan.stage_layers)}
+        return tuple(p.numel() for p in get_model(st.model).build_layers(st.a, st.b, 0).parameters())
 
 
 def zero_shares(numels: list[int], dp: int) -> list[list[int]]:

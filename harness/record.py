@@ -4,6 +4,7 @@ importable from here)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -62,15 +63,22 @@ def write_json_atomic(path: Path, data: object) -> None:
     write_atomic(path, lambda f: json.dump(data, f, indent=1, default=str, allow_nan=False))
 
 
+@functools.lru_cache(maxsize=1)
+def _git_commit() -> str | None:
+    """The harness's commit, asked once per process: the code that runs is what was imported
+    (and a fork of this process per job costs ~10 ms)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def environment(plan: "Plan") -> Env:
     import torch
 
     device, world = plan.device, plan.world
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    commit = _git_commit()
     name = torch.cuda.get_device_name(0) if device == "cuda" else (platform.processor() or platform.machine())
     return Env(torch=torch.__version__, python=platform.python_version(), device=device, device_name=name,
                world_size=world, git_commit=commit, hostname=socket.gethostname(), cpu_count=os.cpu_count(),

@@ -20,6 +20,7 @@ Imported by Hydra's plugin scan at every start (tab completion included): heavy 
 from __future__ import annotations
 
 import copy
+import gc
 import sys
 from typing import Any, Sequence
 
@@ -33,14 +34,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 
 class State:
-    """What the running sweep decided, for the progress and summary callbacks."""
+    """What the running sweep decided, for the progress and summary callbacks and its jobs."""
 
     total: int | None = None  # jobs it will launch
     skipped: list[str] = []  # "[overrides] why", one per point skipped (skip_invalid=true)
+    pool: Any = None  # harness.runtime.launch.RankPool while jobs run in this process
 
     @classmethod
     def reset(cls) -> None:
-        cls.total, cls.skipped = None, []
+        cls.total, cls.skipped, cls.pool = None, [], None
 
 
 class FastComposer:
@@ -204,11 +206,28 @@ class Sweeper(BasicSweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         skipped = {i for i, _, _ in bad}
         returns = []
-        for start, segment in segments(points, skipped, self.max_batch_size):
-            results = self.launcher.launch(segment, initial_job_idx=start)
-            for r in results:
-                _ = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
-            returns.append(results)
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+        from harness.runtime.launch import RankPool
+
+        # the interpreter's heap so far (torch, Hydra, the plans) is not garbage while the jobs run:
+        # the collector's full passes (~0.15 s over it) then skip it; unfrozen when the sweep ends
+        gc.freeze()
+        # jobs in this process share their rank processes (ended before the summary)
+        State.pool = RankPool() if isinstance(self.launcher, BasicLauncher) else None
+        try:
+            for start, segment in segments(points, skipped, self.max_batch_size):
+                results = self.launcher.launch(segment, initial_job_idx=start)
+                for r in results:
+                    _ = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
+                returns.append(results)
+        finally:
+            try:
+                if State.pool is not None:
+                    pool, State.pool = State.pool, None
+                    pool.close()
+            finally:
+                gc.unfreeze()
         return returns
 
 

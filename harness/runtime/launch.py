@@ -8,8 +8,9 @@ import queue
 import signal
 import socket
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -18,7 +19,7 @@ from harness.config import ConfigError
 from harness.plan import Plan
 from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.runtime.groups import Layout
-from harness.runtime.loop import RankReport, one_line, run_rank, worker_main
+from harness.runtime.loop import RankReport, one_line, pooled_worker_main, run_rank, worker_main
 from harness.trace import Event, Trace
 
 
@@ -71,28 +72,100 @@ def _context(method: str, preload: list[str]):
     return ctx
 
 
+class RankPool:
+    """A sweep's rank processes, kept from one job to the next: while its jobs run on CPU with
+    the same number of ranks, runner and preloads, a job forks no process, and none exits, and
+    torch's first calls in each rank were paid by an earlier job (together ~0.1 s of a small
+    job's ~0.3 s on 2 cores; tests/bench/test_bench_sweep.py). Each job still makes its own
+    process group, builds its own model and leaves the group at its end.
+
+    A job that fails in any way (a rank's error, death or timeout, Ctrl-C, SIGTERM) ends the
+    pool's processes as an unpooled job ends its own; the next job starts fresh ones. `close`
+    (the sweep's end) ends them all. CUDA jobs and start_method=spawn are not pooled: a rank
+    keeps its CUDA context and caching allocator, which a next job's memory figures would see."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self.procs: list = []
+        self.inboxes: list = []
+        self.results: Any = None
+        self.store: dist.TCPStore | None = None  # the ranks' rendezvous, one key prefix per job
+        self.jobs = 0
+
+    @staticmethod
+    def serves(plan: Plan) -> bool:
+        return plan.device == "cpu" and plan.config.start_method == "forkserver"
+
+    def ranks(self, ctx: Any, world: int, key: tuple) -> None:
+        """Ready for a job of `world` ranks: the running processes if they match `key` and
+        all live, else new (unstarted) ones."""
+        if key == self._key and all(p.exitcode is None for p in self.procs):
+            return
+        self.close()
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        self.results = ctx.Queue()
+        self.inboxes = [ctx.SimpleQueue() for _ in range(world)]
+        self.procs = [ctx.Process(target=pooled_worker_main, args=(r, self.inboxes[r], self.results), daemon=True)
+                      for r in range(world)]
+        self._key = key
+
+    def discard(self) -> None:
+        """A job failed: its ranks' state is unknown; end them now."""
+        _end(self.procs, graceful=False)
+        self._forget()
+
+    def close(self) -> None:
+        """Every process asked to stop, then joined (terminated if it does not)."""
+        for p, inbox in zip(self.procs, self.inboxes):
+            if p.pid is not None and p.exitcode is None:
+                inbox.put(None)
+        _end(self.procs, graceful=True)
+        self._forget()
+
+    def _forget(self) -> None:
+        if self.results is not None:
+            self.results.close()
+        self._key, self.procs, self.inboxes, self.results, self.store = None, [], [], None, None
+
+    def send(self, rank: int, plan: Plan, runner: str) -> None:
+        if rank == 0:
+            self.jobs += 1
+        self.inboxes[rank].put((self.store.port, f"job{self.jobs}/", plan, runner))
+
+
 def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
-                  started: Callable[[list[int]], None] | None = None) -> list[RankReport]:
+                  started: Callable[[list[int]], None] | None = None,
+                  later: ExitStack | None = None, pool: RankPool | None = None) -> list[RankReport]:
     """Runs the plan on plan.world forked ranks, each the rank loop around `runner`
     ("module:Class"); raises WorkerError on the first failure. Every rank is gone when it
-    returns or raises, Ctrl-C and SIGTERM included; their pids are appended to `pids`, and
-    `started(pids)` is told once all have started."""
+    returns or raises, Ctrl-C and SIGTERM included, or, when every rank reported and `later`
+    is given, when `later` closes (the caller measures while they leave the process group and
+    exit, ~50 ms). Their pids are appended to `pids`, and `started(pids)` is told once all
+    have started. With a `pool` that serves the plan, its processes run the job and stay for
+    the next (RankPool)."""
     from harness.model import get_model
 
     # what every rank imports, imported once in the forkserver (a model may bring transformers)
-    preload = ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0],
+    preload = ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0], "harness.runtime.warm",
                *getattr(get_model(plan.config.model), "preload", ())]
     ctx = _context(plan.config.start_method, preload)
     fault = parse_fault(plan.config.fault)
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner), daemon=True)
-             for r in range(plan.world)]
+    pooled = pool is not None and pool.serves(plan)
+    if pooled:
+        pool.ranks(ctx, plan.world, (plan.world, runner, tuple(preload)))
+        procs, results = pool.procs, pool.results
+    else:
+        results, port = ctx.Queue(), free_port()
+        procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner), daemon=True)
+                 for r in range(plan.world)]
     reports: dict[int, RankReport] = {}
     deadline = time.monotonic() + plan.config.timeout_s
     try:
-        for p in procs:
-            p.start()
+        for r, p in enumerate(procs):
+            if p.pid is None:  # a pool's process may be running from an earlier job
+                p.start()
+            if pooled:
+                pool.send(r, plan, runner)
             if pids is not None:
                 pids.append(p.pid)
             maybe_interrupt(fault, "launch")
@@ -121,8 +194,15 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
                 raise WorkerError(f"{cause}; then rank {rank}: {payload}" if cause else f"rank {rank}: {payload}")
             reports[rank] = payload
     finally:
-        _end(procs, graceful=len(reports) == plan.world)
-        results.close()
+        if pooled:
+            if len(reports) < plan.world:
+                pool.discard()
+        elif later is not None and len(reports) == plan.world:
+            later.callback(results.close)
+            later.callback(_end, procs, True)  # first: callbacks run last-in first-out
+        else:
+            _end(procs, graceful=len(reports) == plan.world)
+            results.close()
     return [reports[r] for r in range(plan.world)]
 
 

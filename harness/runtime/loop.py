@@ -104,9 +104,9 @@ def load_runner(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
+def join_world(rank: int, plan: Plan, rendezvous: str | dist.Store) -> torch.device:
     """One thread, this rank's device, the process group joined (unless torchrun's caller
-    already did)."""
+    already did) through `rendezvous`: an init_method URL, or a store."""
     torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
     if plan.device == "cuda":
         # this node's GPU for this rank: LOCAL_RANK under an external launcher, else its slot
@@ -116,8 +116,9 @@ def join_world(rank: int, plan: Plan, init_method: str) -> torch.device:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        dist.init_process_group(plan.backend, init_method=init_method, rank=rank, world_size=plan.world,
-                                timeout=timedelta(seconds=plan.config.timeout_s))
+        how = {"init_method": rendezvous} if isinstance(rendezvous, str) else {"store": rendezvous}
+        dist.init_process_group(plan.backend, rank=rank, world_size=plan.world,
+                                timeout=timedelta(seconds=plan.config.timeout_s), **how)
     return device
 
 
@@ -128,10 +129,10 @@ def storage_bytes(tensors: Any) -> int:
     return sum(seen.values())
 
 
-def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankReport:
+def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: str) -> RankReport:
     """Joins the world as `rank`, builds the runner, runs every step. The caller owns the
     process group's teardown (torchrun gathers over it first)."""
-    device = join_world(rank, plan, init_method)
+    device = join_world(rank, plan, rendezvous)
     c = plan.config
     tracer = Tracer(clock_for(device))
     layout = Layout(c.pp, c.dp)
@@ -147,11 +148,12 @@ def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankR
     metered = True
     held = {"params": storage_bytes(params), "grads": 0, "optimizer": 0, "activations": None, "peak": None}
     total = c.warmup_steps + c.steps
-    gc.disable()  # a collection pause inside a step is jitter; collect between steps instead
-    gc.freeze()  # ...and only of what this rank made: not the heap forked from the forkserver (~0.7 s a pass)
+    gc.disable()  # a collection pause inside a step is jitter; collect between steps instead...
     try:
         for step in range(total):
-            gc.collect()
+            # ...the young generations only: what the steps before left. A full pass would also walk
+            # the heap this process started with (~0.7 s; frozen in the forkserver, harness/runtime/warm.py)
+            gc.collect(1)
             maybe_inject(fault, rank, step)
             drop = fault is not None and fault.kind == "noaccum" and (fault.rank, fault.step) == (rank, step)
             dist.barrier()  # every rank starts the step together; not inside the window
@@ -180,7 +182,6 @@ def run_rank(rank: int, plan: Plan, init_method: str, runner_path: str) -> RankR
                     held["activations"] = max(held["activations"] or 0, mem.peak)
                     held["peak"] = max(held["peak"] or 0, held["params"] + state + mem.peak_with_grads + mem.recompute)
     finally:
-        gc.unfreeze()
         gc.enable()
     if report.losses[0] is None:
         report.losses = None
@@ -205,11 +206,30 @@ def one_line(e: BaseException) -> str:
 
 def worker_main(rank: int, port: int, plan: Plan, results: Queue, runner_path: str) -> None:
     """Entry point of a forked rank: run it, put (rank, "ok", RankReport) or (rank, "error",
-    line) on `results`, and leave the process group."""
+    line) on `results`, and leave the process group. Rank 0 serves the rendezvous on `port`."""
     die_with_parent()
+    serve(rank, f"tcp://127.0.0.1:{port}", plan, results, runner_path)
+
+
+def pooled_worker_main(rank: int, inbox: Queue, results: Queue) -> None:
+    """Entry point of a RankPool's rank (harness/runtime/launch.py): serves each job it is sent,
+    (store port, job key prefix, plan, runner), as worker_main serves one, until it is sent
+    None. The pool's process serves the store: every rank of a job starts at once, and a rank
+    that reached rank 0's store before it listened would back off for ~0.7 s."""
+    die_with_parent()
+    store = None
+    while (job := inbox.get()) is not None:
+        port, prefix, plan, runner_path = job
+        if store is None:
+            store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=plan.config.timeout_s))
+        serve(rank, dist.PrefixStore(prefix, store), plan, results, runner_path)
+
+
+def serve(rank: int, rendezvous: str | dist.Store, plan: Plan, results: Queue, runner_path: str) -> None:
+    """One job as `rank`; its report or its error on `results`; the process group left."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
     try:
-        results.put((rank, "ok", run_rank(rank, plan, f"tcp://127.0.0.1:{port}", runner_path)))
+        results.put((rank, "ok", run_rank(rank, plan, rendezvous, runner_path)))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
         results.put((rank, "error", one_line(e)))
     finally:
