@@ -189,7 +189,7 @@ def measure_executor(tmp: Path, repeats: int = 2, log=print) -> dict:
     return {"runs": rows}
 
 
-def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, log=print) -> Path:
+def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, log=print, steps: int = 4) -> Path:
     """The real-compute mlp profiled INSIDE the native executor: one pp=1 job per microbatch
     size (M=4, compute=real), the stage's measured mean F and B split evenly over its layers
     (the mlp's layers are identical: same parameters, same FLOPs). harness.profile times each
@@ -201,7 +201,7 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     by: dict[str, dict[str, float]] = {}
     L = int(REAL_MLP["model.layers"])
     for b in sizes:
-        c = _config(pp=1, dp=1, microbatches=4, microbatch_size=b, compute="real", steps=4, **REAL_MLP)
+        c = _config(pp=1, dp=1, microbatches=4, microbatch_size=b, compute="real", steps=steps, **REAL_MLP)
         r = run_job(c, work / f"inrun_profile_b{b}", "calibrate", "profile")
         if r.status != "ok":
             raise RuntimeError(f"in-run profile B={b}: {r.status}: {r.error}")
@@ -224,32 +224,38 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     return path
 
 
-def measure_real(tmp: Path, repeats: int = 2, log=print) -> dict:
-    """compute=real mlp at 1 and 2 ranks against its in-run profile: F and B over it."""
+def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path) -> dict:
+    """One compute=real mlp job at `pp` ranks (1F1B, `microbatches` of `b`) against the in-run
+    `profile`: its stages' mean F and B over the profile's layers (the medians over stages):
+    how much slower an action runs with `pp` ranks on the host than alone."""
     from harness.job import run_job
     from harness.plan import make_plan
 
+    layer = json.loads(profile.read_text())["layers"]
+    c = _config(pp=pp, dp=1, microbatches=microbatches, microbatch_size=b, compute="real",
+                profile=str(profile.resolve()), **{"partition.name": "profile"}, **REAL_MLP)
+    r = run_job(c, work, "calibrate", "real")
+    if r.status != "ok":
+        raise RuntimeError(f"calibration job real pp={pp}: {r.status}: {r.error}")
+    ratio: dict[str, list[float]] = {"F": [], "B": []}
+    for s, (lo, hi) in enumerate(make_plan(c).stage_layers):
+        for k, key in (("F", "fwd_s"), ("B", "bwd_s")):
+            ratio[k].append(r.metrics.mean_op_s[k][s] / sum(layer[i]["by_microbatch"][str(b)][key] for i in range(lo, hi)))
+    return {"pp": pp, "dp": 1, "world": pp, "fwd_scale": statistics.median(ratio["F"]),
+            "bwd_scale": statistics.median(ratio["B"]), "step_s": statistics.median(r.metrics.step_times_s),
+            "config": _dict(c)}
+
+
+def measure_real(tmp: Path, repeats: int = 2, log=print) -> dict:
+    """compute=real mlp at 1 and 2 ranks against its in-run profile: F and B over it."""
     path = inrun_profile(tmp / "mlp_inrun_profile.json", tmp, (REAL_B,), log)
-    layer = json.loads(path.read_text())["layers"]
     rows = []
     for rep in range(repeats):
         for pp in (1, 2):
-            c = _config(pp=pp, dp=1, microbatches=8, microbatch_size=REAL_B, compute="real", profile=str(path.resolve()),
-                        **{"partition.name": "profile"}, **REAL_MLP)
-            r = run_job(c, tmp / f"real_{pp}_{rep}", "calibrate", "real")
-            if r.status != "ok":
-                raise RuntimeError(f"calibration job real pp={pp}: {r.status}: {r.error}")
-            plan = make_plan(c)
-            ratio: dict[str, list[float]] = {"F": [], "B": []}
-            for s, (a, b) in enumerate(plan.stage_layers):
-                for k, key in (("F", "fwd_s"), ("B", "bwd_s")):
-                    ratio[k].append(r.metrics.mean_op_s[k][s] / sum(layer[i]["by_microbatch"][str(REAL_B)][key]
-                                                                   for i in range(a, b)))
-            rows.append({"pp": pp, "dp": 1, "world": pp, "fwd_scale": statistics.median(ratio["F"]),
-                         "bwd_scale": statistics.median(ratio["B"]), "step_s": statistics.median(r.metrics.step_times_s),
-                         "config": _dict(c)})
-            log(f"harness.advise.calibrate: real pp={pp}: step {r.metrics.step_time_s * 1e3:.1f} ms, F x"
-                f"{statistics.median(ratio['F']):.2f}, B x{statistics.median(ratio['B']):.2f} the in-run profile's")
+            row = real_scales(path, pp, 8, REAL_B, tmp / f"real_{pp}_{rep}")
+            rows.append(row)
+            log(f"harness.advise.calibrate: real pp={pp}: step {row['step_s'] * 1e3:.1f} ms, F x"
+                f"{row['fwd_scale']:.2f}, B x{row['bwd_scale']:.2f} the in-run profile's")
     return {"runs": rows}
 
 

@@ -6,11 +6,12 @@ run for real through harness.job.run_job:
 - `emulated`: the H200 GPT-2 profile replayed on a tiny stand-in GPT (+scenario=h200_emulated,
   compute=emulated, cost.time_scale as calibrate.STAND_IN so the stand-in's real math stays
   inside every modeled cost), every schedule, pp 2 and 4, dp 1 and 2, M from the global batch;
-- `real`: an mlp with real compute at pp <= 2 (this machine's cores), priced with its own
-  profile measured inside the executor (pp=1, M=4: calibrate.inrun_profile; no grid point is
-  that job) just before each run of each point, all of them averaged into the profile the
-  predictions use: real compute on a shared 2-core VM drifts by 10-20% over minutes, and one
-  profile taken minutes before the runs would measure the drift, not the prediction.
+- `real`: an mlp with real compute at pp <= 2 (this machine's cores). Each point is priced on
+  what was measured seconds before each of its runs: its profile inside the executor at its B
+  (pp=1, M=4: calibrate.inrun_profile) and, for 2 ranks, how much slower an action runs when
+  both ranks compute (1F1B pp=2, M=4: calibrate.real_scales); no grid point is either job. Real
+  compute on a shared 2-core VM drifts by 10-30% over minutes: figures taken minutes before
+  the runs would measure the drift, not the prediction.
 Each point runs `--repeats` times (the repeats interleaved, so drift hits every point alike);
 its measured step is the median over every measured step of every repeat. Written: the table
 (predicted, measured, error) and the rank agreement (Spearman over the group, and over the
@@ -43,6 +44,7 @@ REAL_B = REAL_SIZES
 REAL_BATCH = 128
 REAL_SPACE = Space(schedules=("gpipe", "1f1b"), pp=(1, 2), dp=(1,), gpus=2, microbatch_sizes=REAL_B,
                    checkpointing=(False,), zero=(0,), placements=("pp_inner",))
+PROFILE_STEPS = 12  # a beside profile's measured steps (4 x M=4 actions each): a short one was +-15% on its own
 SMALL = [Point("1f1b", 2, 8, 1, 1, 2, False, 0, "pp_inner"), Point("gpipe", 4, 16, 1, 1, 1, False, 0, "pp_inner"),
          Point("zbv", 2, 16, 1, 1, 1, False, 0, "pp_inner")]
 
@@ -82,13 +84,34 @@ def _config(problem, pt: Point):
     return c
 
 
-def profile_beside(pt: Point, work: Path) -> Path:
+def profile_beside(pt: Point, work: Path) -> tuple[Path, dict | None]:
     """The real group's mlp profiled inside the executor at the point's B just before a run of
-    it (calibrate.inrun_profile: pp=1, M=4, never a grid point)."""
-    from .calibrate import inrun_profile
+    it (calibrate.inrun_profile: pp=1, M=4), and for a point of 2 ranks, how much slower an
+    action runs with 2 ranks on the cores than alone (calibrate.real_scales: 1F1B pp=2, M=4).
+    Neither job is a grid point: their batches are a half and a quarter of the grid's."""
+    from .calibrate import inrun_profile, real_scales
 
-    return inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
-                         (pt.microbatch_size,), lambda m: None)
+    path = inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
+                         (pt.microbatch_size,), lambda m: None, steps=PROFILE_STEPS)
+    world = pt.pp * pt.dp
+    return path, (real_scales(path, world, 4, pt.microbatch_size, work.with_name(work.name + "_scales"))
+                  if world > 1 else None)
+
+
+def priced_beside(problem, paths: list[Path], scales: list[dict], work: Path):
+    """A real point's problem priced on what was measured beside its own runs, seconds before
+    each: the mean of those profiles, and the mean slow-down of its ranks (1 for one rank: the
+    profile is that rank alone)."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = mean_profile(paths, work / "mlp_inrun_profile.json")
+    costs = LayerCosts(problem.config, problem.num_layers, json.loads(path.read_text()), str(path))
+    o = problem.cluster.overhead
+    for key, name in (("fwd_scale", "real_fwd_scale"), ("bwd_scale", "real_bwd_scale")):
+        table = {**getattr(o, name), "1": 1.0}
+        for world in sorted({s["world"] for s in scales}):
+            table[str(world)] = statistics.fmean(s[key] for s in scales if s["world"] == world)
+        o = replace(o, **{name: table})
+    return replace(problem, costs=costs, cluster=replace(problem.cluster, overhead=o))
 
 
 def mean_profile(paths: list[Path], out: Path) -> Path:
@@ -138,10 +161,11 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     """The table, figure and summary into `out`; the runs (records, traces) into `work`
     (default out/runs).
 
-    Each repeat runs every point once (so drift over the minutes hits every point alike); the
-    real group's profile is measured again before each repeat of its runs and the predictions
-    use their mean (real compute on a shared machine drifts by several percent over minutes).
-    Its grid is what the search ranks on the first profile (every point fits either way)."""
+    Each repeat runs every point once (so drift over the minutes hits every point alike); a
+    real point's profile (and at 2 ranks its slow-down) is measured again just before each of
+    its runs, and its prediction uses their mean (real compute on a shared machine drifts by
+    10-30% over minutes). The real grid is what the search ranks on a first profile (every
+    point fits either way)."""
     from .problem import build_problem
 
     work = out / "runs" if work is None else work
@@ -162,24 +186,23 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
         grids["real"] = (problem, [x.point for x in search(problem, REAL_SPACE).fitting])
     steps: dict[tuple[str, Point], list[float]] = {}
     per_repeat: dict[tuple[str, Point], list[float]] = {}
-    profiles: list[Path] = []
+    beside: dict[Point, tuple[list[Path], list[dict]]] = {}
     for rep in range(repeats):
         for group, (problem, pts) in grids.items():
             for i, pt in enumerate(pts):
                 d = work / f"{group}_{i:02d}_r{rep}"
                 if group == "real":
-                    profiles.append(profile_beside(pt, d))
+                    path, scale = profile_beside(pt, d)
+                    beside.setdefault(pt, ([], []))[0].append(path)
+                    beside[pt][1].extend([scale] if scale else [])
                 s = run_point(group, problem, pt, d, rep, log)
                 steps.setdefault((group, pt), []).extend(s)
                 per_repeat.setdefault((group, pt), []).append(statistics.median(s))
-    if profiles:  # real compute priced on the profiles measured beside its runs, over the same minutes
-        path = mean_profile(profiles, work / "mlp_inrun_profile.json")
-        problem = grids["real"][0]
-        grids["real"] = (replace(problem, costs=LayerCosts(problem.config, problem.num_layers,
-                                                           json.loads(path.read_text()), str(path))), grids["real"][1])
     rows = []
     for group, (problem, pts) in grids.items():
-        for pt in pts:
+        for i, pt in enumerate(pts):
+            if group == "real":  # priced on what was measured beside its own runs, seconds before each
+                problem = priced_beside(grids["real"][0], *beside[pt], work / f"real_{i:02d}")
             step, m = evaluate(problem, pt).step_time_s, statistics.median(steps[(group, pt)])
             reps = per_repeat[(group, pt)]
             rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
