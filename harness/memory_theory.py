@@ -60,16 +60,19 @@ class StageActivations:
 
 
 def stage_activations(plan, stage: int) -> StageActivations:
+    return _stage_activations(_stage(plan, stage))
+
+
+def _stage(plan, stage: int) -> "_Stage":
     c = plan.config
     a, b = plan.stage_layers[stage]
-    return _stage_activations(_Stage(c.model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c.dtype,
-                                     c.microbatch_size, c.microbatches, c.seed, c.checkpointing, c.checkpoint_every,
-                                     plan.device))
+    return _Stage(c.model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c.dtype, c.microbatch_size,
+                  c.microbatches, c.seed, c.checkpointing, c.checkpoint_every, plan.device)
 
 
 @dataclass(frozen=True)
 class _Stage:
-    """What a stage's activation bytes depend on: a sweep's jobs that share it trace it once."""
+    """What a stage's bytes depend on: a sweep's jobs that share it build and trace it once."""
     model: Any = field(compare=False)  # ModelConfig (unhashable); `model_key` stands for it
     a: int
     b: int
@@ -143,8 +146,7 @@ def _trace(model, a: int, b: int, first: bool, last: bool, c, checkpointing: boo
 
 def _param_counts(plan) -> dict[int, list[int]]:
     """Stage -> the numel of each of its parameter tensors (built on the meta device)."""
-    return {s: list(_numels(_Stage(plan.config.model, a, b, False, False, "", 0, 0, 0, False, 0, "meta")))
-            for s, (a, b) in enumerate(plan.stage_layers)}
+    return {s: list(_numels(_stage(plan, s))) for s in range(len(plan.stage_layers))}
 
 
 @functools.lru_cache(maxsize=1024)

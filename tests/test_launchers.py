@@ -13,13 +13,13 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from harness import cli
 from harness.callbacks import SWEEP_LOG, Progress
 from harness.config import register, to_config
 from harness.reference import reference_losses
 from harness.result import read
 from harness.runtime.cluster import Resources, master_port, rank_env, spread
 from hydra_plugins.harness_launcher import HarnessLocalLauncher, HarnessSlurmLauncher
+from tests.test_cli import harness  # `harness ARGS` in this process: only the jobs' tasks start cold
 
 QUIET = ["wandb.mode=disabled", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 
@@ -35,18 +35,6 @@ def launcher(cls, *overrides: str):
     params = OmegaConf.to_container(composed(*overrides).hydra.launcher, resolve=False)
     params.pop("_target_")
     return cls(**params)
-
-
-def harness(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """`harness ARGS` in this process (torch already imported: only the jobs' tasks start cold)."""
-    monkeypatch.setattr(sys, "argv", ["harness", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.dist
