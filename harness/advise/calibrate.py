@@ -224,7 +224,7 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     return path
 
 
-def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path) -> dict:
+def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path, steps: int = 5) -> dict:
     """One compute=real mlp job at `pp` ranks (1F1B, `microbatches` of `b`) against the in-run
     `profile`: its stages' mean F and B over the profile's layers (the medians over stages):
     how much slower an action runs with `pp` ranks on the host than alone."""
@@ -232,7 +232,7 @@ def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path) -
     from harness.plan import make_plan
 
     layer = json.loads(profile.read_text())["layers"]
-    c = _config(pp=pp, dp=1, microbatches=microbatches, microbatch_size=b, compute="real",
+    c = _config(pp=pp, dp=1, microbatches=microbatches, microbatch_size=b, compute="real", steps=steps,
                 profile=str(profile.resolve()), **{"partition.name": "profile"}, **REAL_MLP)
     r = run_job(c, work, "calibrate", "real")
     if r.status != "ok":

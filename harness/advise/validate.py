@@ -12,7 +12,8 @@ run for real through harness.job.run_job:
   both ranks compute (1F1B pp=2, M=4: calibrate.real_scales); no grid point is either job. Real
   compute on a shared 2-core VM drifts by 10-30% over minutes: figures taken minutes before
   the runs would measure the drift, not the prediction.
-Each point runs `--repeats` times (the repeats interleaved, so drift hits every point alike);
+Each emulated point runs `--repeats` times, each real one `--real-repeats` times (the repeats
+interleaved, so drift hits every point alike);
 its measured step is the median over every measured step of every repeat. Written: the table
 (predicted, measured, error) and the rank agreement (Spearman over the group, and over the
 predicted top 5), validation.md / validation.json / validation.png. The search's top point is
@@ -44,7 +45,13 @@ REAL_B = REAL_SIZES
 REAL_BATCH = 128
 REAL_SPACE = Space(schedules=("gpipe", "1f1b"), pp=(1, 2), dp=(1,), gpus=2, microbatch_sizes=REAL_B,
                    checkpointing=(False,), zero=(0,), placements=("pp_inner",))
-PROFILE_STEPS = 12  # a beside profile's measured steps (4 x M=4 actions each): a short one was +-15% on its own
+# Real compute here comes in bursts: two consecutive 3-6 s jobs of the same work differed by up
+# to 10% in their mean action, with no bias either way. Many short interleaved windows average
+# that out where a few long ones cannot; each real point runs REAL_REPEATS times.
+PROFILE_STEPS = 12  # the beside profile (pp=1, M=4)
+SCALE_STEPS = 8  # the 2-rank slow-down job (pp=2, M=4)
+REAL_STEPS = 12  # a real grid point
+REAL_REPEATS = 6
 SMALL = [Point("1f1b", 2, 8, 1, 1, 2, False, 0, "pp_inner"), Point("gpipe", 4, 16, 1, 1, 1, False, 0, "pp_inner"),
          Point("zbv", 2, 16, 1, 1, 1, False, 0, "pp_inner")]
 
@@ -75,11 +82,11 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 def _config(problem, pt: Point):
     """The harness Config that runs `pt` (the problem's config with the point's keys; real
-    compute, noisier, 8 measured steps)."""
+    compute, noisier, REAL_STEPS measured steps)."""
     c = problem.config
     c = replace(c, schedule=replace(c.schedule, name=pt.schedule), pp=pt.pp, dp=pt.dp, microbatches=pt.microbatches,
                 microbatch_size=pt.microbatch_size, virtual_stages=pt.virtual_stages, checkpointing=pt.checkpointing,
-                zero=pt.zero, global_batch=None, steps=8 if c.compute == "real" else 4, warmup_steps=1,
+                zero=pt.zero, global_batch=None, steps=REAL_STEPS if c.compute == "real" else 4, warmup_steps=1,
                 timeout_s=300.0)
     return c
 
@@ -94,7 +101,7 @@ def profile_beside(pt: Point, work: Path) -> tuple[Path, dict | None]:
     path = inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
                          (pt.microbatch_size,), lambda m: None, steps=PROFILE_STEPS)
     world = pt.pp * pt.dp
-    return path, (real_scales(path, world, 4, pt.microbatch_size, work.with_name(work.name + "_scales"))
+    return path, (real_scales(path, world, 4, pt.microbatch_size, work.with_name(work.name + "_scales"), SCALE_STEPS)
                   if world > 1 else None)
 
 
@@ -157,7 +164,7 @@ def tied_ranks(values: list[float], resolution: float) -> list[float]:
 
 
 def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[str, ...] = ("emulated", "real"),
-             small: bool = False, log=print, work: Path | None = None) -> dict:
+             small: bool = False, log=print, work: Path | None = None, real_repeats: int = REAL_REPEATS) -> dict:
     """The table, figure and summary into `out`; the runs (records, traces) into `work`
     (default out/runs).
 
@@ -187,9 +194,10 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     steps: dict[tuple[str, Point], list[float]] = {}
     per_repeat: dict[tuple[str, Point], list[float]] = {}
     beside: dict[Point, tuple[list[Path], list[dict]]] = {}
-    for rep in range(repeats):
+    times = {"emulated": repeats, "real": real_repeats}
+    for rep in range(max(times[g] for g in grids) if grids else 0):
         for group, (problem, pts) in grids.items():
-            for i, pt in enumerate(pts):
+            for i, pt in enumerate(pts if rep < times[group] else ()):
                 d = work / f"{group}_{i:02d}_r{rep}"
                 if group == "real":
                     path, scale = profile_beside(pt, d)
@@ -205,8 +213,10 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
                 problem = priced_beside(grids["real"][0], *beside[pt], work / f"real_{i:02d}")
             step, m = evaluate(problem, pt).step_time_s, statistics.median(steps[(group, pt)])
             reps = per_repeat[(group, pt)]
+            se = statistics.stdev(reps) / len(reps) ** 0.5 / m if len(reps) > 1 else 0.0
             rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
                          "measured_step_s": m, "error": step / m - 1, "repeat_spread": (max(reps) - min(reps)) / m,
+                         "measured_se": se,
                          "predicted_throughput": problem.global_batch / step,
                          "measured_throughput": problem.global_batch / m})
     summary = {}
@@ -217,8 +227,9 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
                 r[f"{key}_rank"] = i + 1
         grid = sorted(g, key=lambda r: -r["predicted_throughput"])
         top, median = grid[:5], grid[len(grid) // 2]
-        # the measurement's resolution: the median spread of a point's repeats (run-to-run drift)
-        resolution = statistics.median(r["repeat_spread"] for r in g) if repeats > 1 else 0.0
+        # the measurement's resolution: two standard errors of the difference of two points'
+        # measurements (each point's from the spread of its repeats' medians; the group's median)
+        resolution = 2 * 2 ** 0.5 * statistics.median(r["measured_se"] for r in g)
         measured_top = [r["measured_throughput"] for r in top]
         summary[group] = {
             "points": len(g),
@@ -235,7 +246,8 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             "top_point": grid[0]["point"], "top_measured_throughput": grid[0]["measured_throughput"],
             "median_point": median["point"], "median_measured_throughput": median["measured_throughput"],
         }
-    result = {"cluster": cluster.name, "cluster_source": cluster.source, "repeats": repeats, "small": small,
+    result = {"cluster": cluster.name, "cluster_source": cluster.source, "repeats": {g: times[g] for g in grids},
+              "small": small,
               "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": load_average(),
               "summary": summary, "points": rows}
     (out / "validation.json").write_text(json.dumps(result, indent=1))
@@ -276,7 +288,8 @@ def figure(rows: list[dict], path: Path) -> None:
 def markdown(res: dict, cluster: ClusterConfig) -> str:
     lines = ["# Predicted against measured (cluster=here)", "",
              f"Regenerate: `make advise-validate` (`python -m harness.advise.validate`; cluster {cluster.name}: {cluster.source}). "
-             f"{res['repeats']} repeats per point, interleaved; measured = median of every measured step; "
+             f"Repeats per point, interleaved: {', '.join(f'{g} {n}' for g, n in res['repeats'].items())}; "
+             "measured = median of every measured step; "
              f"runs took {res['run_seconds']:.0f} s; load average before {res['load_average_before']}, after "
              f"{res['load_average_after']}.", "", "![predicted against measured](validation.png)", ""]
     for group, s in res["summary"].items():
@@ -285,17 +298,19 @@ def markdown(res: dict, cluster: ClusterConfig) -> str:
                   f"{s['mean_abs_error']:.1%}",
                   f"- rank correlation (Spearman) of throughput, all points: {s['spearman_all']:.3f}; the predicted top "
                   f"5: {s['spearman_top5']:.3f}, and {s['spearman_top5_ties']:.3f} with measured points closer than "
-                  f"the measurement's resolution ({s['resolution']:.1%}: the median spread of a point's repeats) "
+                  f"the measurement's resolution ({s['resolution']:.1%}: two standard errors of the difference of "
+                  "two points' measurements, from the spread of their repeats) "
                   "counted as ties",
                   f"- predicted top 5: {', '.join(s['top5_predicted'])}",
                   f"- measured order of those: {', '.join(s['top5_measured_order'])}",
                   f"- the search's top point ({s['top_point']}) measured {s['top_measured_throughput']:.1f} samples/s; "
                   f"the grid's median point ({s['median_point']}) {s['median_measured_throughput']:.1f}", "",
-                  "| point | predicted step | measured step | error | repeats' spread | predicted rank | measured rank |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| point | predicted step | measured step | error | repeats' spread | standard error | predicted rank "
+                  "| measured rank |",
+                  "|---|---|---|---|---|---|---|---|"]
         g = sorted((r for r in res["points"] if r["group"] == group), key=lambda r: r["predicted_rank"] or 0)
         lines += [f"| {r['point']} | {r['predicted_step_s'] * 1e3:.1f} ms | {r['measured_step_s'] * 1e3:.1f} ms | "
-                  f"{r['error']:+.1%} | {r['repeat_spread']:.1%} | {r['predicted_rank']} | {r['measured_rank']} |" for r in g]
+                  f"{r['error']:+.1%} | {r['repeat_spread']:.1%} | {r['measured_se']:.1%} | {r['predicted_rank']} | {r['measured_rank']} |" for r in g]
         lines.append("")
     return "\n".join(lines)
 
@@ -307,14 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("reports/advise_validation"))
     ap.add_argument("--work", type=Path, default=Path("runs/advise_validation"),
                     help="where the runs' records go (git-ignored runs/; --out keeps only the tables and figure)")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each emulated point")
+    ap.add_argument("--real-repeats", type=int, default=REAL_REPEATS, help="runs of each real-compute point")
     ap.add_argument("--groups", nargs="+", default=["emulated", "real"], choices=("emulated", "real"))
     ap.add_argument("--small", action="store_true", help=f"only {len(SMALL)} emulated points")
     args = ap.parse_args(argv)
     try:
         cluster = load(args.overrides)
         res = validate(cluster, args.out, args.repeats, tuple(args.groups), args.small,
-                       lambda m: print(m, flush=True), args.work)
+                       lambda m: print(m, flush=True), args.work, args.real_repeats)
     except AdviseError as e:
         print(f"harness.advise.validate: error: {e}", file=sys.stderr)
         return 2
