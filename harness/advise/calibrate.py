@@ -159,34 +159,39 @@ EXECUTOR_POINTS = (  # (schedule, pp, dp, M, B)
 def measure_executor(tmp: Path, repeats: int = 2, log=print) -> dict:
     """The stand-in's emulated jobs at 2, 4 and 8 ranks: per-action excess over the modeled
     cost, send posting, quick receives, the measured hop, DDP sync, the step."""
+    rows = []
+    for rep in range(repeats):
+        for name, pp, dp, m, b in EXECUTOR_POINTS:
+            row = executor_job(name, pp, dp, m, b, tmp / f"emu_{name}_{pp}x{dp}_m{m}_{rep}")
+            rows.append(row)
+            log(f"harness.advise.calibrate: {name} pp={pp} dp={dp} M={m}: step {row['step_s'] * 1e3:.1f} ms, "
+                f"action +{row['action_excess_s'] * 1e3:.3f} ms, send {(row['send_s'] or 0) * 1e3:.3f} ms, hop "
+                f"{(row['measured_hop_s'] or 0) * 1e3:.3f} ms, sync {(row['dp_sync_s'] or 0) * 1e3:.2f} ms")
+    return {"runs": rows}
+
+
+def executor_job(name: str, pp: int, dp: int, m: int, b: int, d: Path) -> dict:
+    """One of the stand-in's emulated jobs: what the executor added to it (per action over the
+    modeled cost, posting a send, quick receives, the measured hop, DDP sync) and its step."""
     from harness.job import run_job
     from harness.plan import make_plan
 
     from .problem import compose_config
 
-    rows = []
-    for rep in range(repeats):
-        for name, pp, dp, m, b in EXECUTOR_POINTS:
-            c = compose_config([*STAND_IN, f"schedule={name}", f"pp={pp}", f"dp={dp}", f"microbatches={m}",
-                                f"microbatch_size={b}", "steps=4", "warmup_steps=1"])
-            d = tmp / f"emu_{name}_{pp}x{dp}_m{m}_{rep}"
-            r = run_job(c, d, "calibrate", "emu")
-            if r.status != "ok":
-                raise RuntimeError(f"calibration job {name} pp={pp} dp={dp}: {r.status}: {r.error}")
-            plan = make_plan(c)
-            mt, e = r.metrics, plan.emulated_cost
-            excess = [a - x for k, model in (("F", e.fwd_s), ("B", e.bwd_s), ("I", e.input_grad_s),
-                                             ("W", e.weight_grad_s))
-                      if k in mt.mean_op_s for a, x in zip(mt.mean_op_s[k], model)]
-            send, recv = send_recv(d / "trace.json", c.warmup_steps)
-            rows.append({"schedule": name, "pp": pp, "dp": dp, "microbatches": m, "world": pp * dp,
-                         "step_s": statistics.median(mt.step_times_s), "config": _dict(plan.config),
-                         "action_excess_s": statistics.median(excess), "measured_hop_s": mt.p2p_hop_s,
-                         "send_s": send, "quick_recv_s": recv, "dp_sync_s": mt.dp_sync_s})
-            log(f"harness.advise.calibrate: {name} pp={pp} dp={dp} M={m}: step {mt.step_time_s * 1e3:.1f} ms, "
-                f"action +{statistics.median(excess) * 1e3:.3f} ms, send {(send or 0) * 1e3:.3f} ms, hop "
-                f"{(mt.p2p_hop_s or 0) * 1e3:.3f} ms, sync {(mt.dp_sync_s or 0) * 1e3:.2f} ms")
-    return {"runs": rows}
+    c = compose_config([*STAND_IN, f"schedule={name}", f"pp={pp}", f"dp={dp}", f"microbatches={m}",
+                        f"microbatch_size={b}", "steps=4", "warmup_steps=1"])
+    r = run_job(c, d, "calibrate", "emu")
+    if r.status != "ok":
+        raise RuntimeError(f"calibration job {name} pp={pp} dp={dp}: {r.status}: {r.error}")
+    plan = make_plan(c)
+    mt, e = r.metrics, plan.emulated_cost
+    excess = [a - x for k, model in (("F", e.fwd_s), ("B", e.bwd_s), ("I", e.input_grad_s), ("W", e.weight_grad_s))
+              if k in mt.mean_op_s for a, x in zip(mt.mean_op_s[k], model)]
+    send, recv = send_recv(d / "trace.json", c.warmup_steps)
+    return {"schedule": name, "pp": pp, "dp": dp, "microbatches": m, "world": pp * dp,
+            "step_s": statistics.median(mt.step_times_s), "config": _dict(plan.config),
+            "action_excess_s": statistics.median(excess), "measured_hop_s": mt.p2p_hop_s,
+            "send_s": send, "quick_recv_s": recv, "dp_sync_s": mt.dp_sync_s}
 
 
 def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, log=print, steps: int = 4) -> Path:
