@@ -209,11 +209,11 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     """The table, figure and summary into `out`; the runs (records, traces) into `work`
     (default out/runs).
 
-    Each repeat runs every point once (so drift over the minutes hits every point alike); a
-    real point's profile (and at 2 ranks its slow-down) is measured again just before each of
-    its runs, and its prediction uses their mean (real compute on a shared machine drifts by
-    10-30% over minutes). The real grid is what the search ranks on a first profile (every
-    point fits either way)."""
+    Each repeat runs every point once (so drift over the minutes hits every point alike); what
+    the host moves is measured again just before each run (an emulated point's per-action
+    executor cost; a real point's profile and, at 2 ranks, its slow-down) and its prediction
+    uses their median. The real grid is what the search ranks on a first profile (every point
+    fits either way)."""
     from .problem import build_problem
 
     work = out / "runs" if work is None else work
