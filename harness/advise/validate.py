@@ -233,13 +233,13 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
         problem = build_problem([*REAL_MODEL, f"profile={first}"], cluster, REAL_BATCH, work)
         grids["real"] = (problem, [x.point for x in search(problem, REAL_SPACE).fitting])
     steps: dict[tuple[str, Point], list[float]] = {}
-    per_repeat: dict[tuple[str, Point], list[float]] = {}
+    per_run: dict[tuple[str, Point], list[float]] = {}
     beside: dict[Point, tuple[list[Path], list[dict]]] = {}
     executor: dict[Point, list[float]] = {}
     times = {"emulated": repeats, "real": real_repeats}
 
     def run_once(group: str, problem, i: int, pt: Point) -> None:
-        rep = len(per_repeat.get((group, pt), []))
+        rep = len(per_run.get((group, pt), []))
         d = work / f"{group}_{i:02d}_r{rep}"
         if group == "real":
             path, scale = profile_beside(pt, d)
@@ -249,7 +249,7 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             executor.setdefault(pt, []).append(executor_beside(pt, d))
         s = run_point(group, problem, pt, d, rep, log)
         steps.setdefault((group, pt), []).extend(s)
-        per_repeat.setdefault((group, pt), []).append(statistics.median(s))
+        per_run.setdefault((group, pt), []).append(statistics.median(s))
 
     for rep in range(max(times[g] for g in grids) if grids else 0):
         for group, (problem, pts) in grids.items():
@@ -259,10 +259,10 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     # interleaved with the other such points, until its measurement settles or MAX_RUNS: decided
     # from the runs alone, never from the prediction.
     while unsettled := [(g, i, pt) for g, (_, pts) in grids.items() for i, pt in enumerate(pts)
-                        if robust_se(per_repeat[(g, pt)]) > SETTLED_SE[g] and len(per_repeat[(g, pt)]) < MAX_RUNS[g]]:
+                        if robust_se(per_run[(g, pt)]) > SETTLED_SE[g] and len(per_run[(g, pt)]) < MAX_RUNS[g]]:
         for group, i, pt in unsettled:
             log(f"harness.advise.validate: {group} {pt.label()}: its runs disagree "
-                f"(standard error {robust_se(per_repeat[(group, pt)]):.1%}), one more")
+                f"(standard error {robust_se(per_run[(group, pt)]):.1%}), one more")
             run_once(group, grids[group][0], i, pt)
     rows = []
     for group, (problem, pts) in grids.items():
@@ -273,7 +273,7 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             else:
                 problem = priced_executor(grids["emulated"][0], pt, executor[pt])
             step, m = evaluate(problem, pt).step_time_s, statistics.median(steps[(group, pt)])
-            reps = per_repeat[(group, pt)]
+            reps = per_run[(group, pt)]
             se = robust_se(reps)
             rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
                          "measured_step_s": m, "error": step / m - 1, "repeat_spread": (max(reps) - min(reps)) / m,
@@ -289,7 +289,7 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
         grid = sorted(g, key=lambda r: -r["predicted_throughput"])
         top, median = grid[:5], grid[len(grid) // 2]
         # the measurement's resolution: two standard errors of the difference of two points'
-        # measurements (each point's from the spread of its repeats' medians; the group's median)
+        # measurements (each point's from the spread of its runs' medians; the group's median)
         resolution = 2 * 2 ** 0.5 * statistics.median(r["measured_se"] for r in g)
         measured_top = [r["measured_throughput"] for r in top]
         summary[group] = {
