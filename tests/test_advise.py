@@ -318,7 +318,8 @@ def test_predictions_hold_on_the_whole_grid(tmp_path):
 def test_a_point_whose_runs_disagree_runs_again(tmp_path, monkeypatch):
     """A busy minute slows one run of one point by 40%: that point (and only it) runs again until
     its runs settle, and its measured step is the undisturbed one; the rule reads the runs, not
-    the prediction. Runs are faked: this checks the bookkeeping, not the machine."""
+    the prediction. Runs and host measurements are faked: this checks the bookkeeping, not the
+    machine."""
     from harness.advise import validate as v
 
     calls: list[tuple[str, int]] = []
@@ -329,8 +330,12 @@ def test_a_point_whose_runs_disagree_runs_again(tmp_path, monkeypatch):
         return [0.5 * slow] * 4
 
     monkeypatch.setattr(v, "run_point", fake_run)
-    monkeypatch.setattr(v, "executor_beside", lambda pt, d: 2e-4)
+    host: list[tuple] = []
+    monkeypatch.setattr(v, "host_executor", lambda job, d: host.append(job) or 2e-4)
     res = v.validate(load(["cluster=here"]), tmp_path, repeats=2, groups=("emulated",), small=True, log=lambda m: None)
+    # the host is measured once a round per kind of point in it: three kinds, two rounds, then one
+    kinds = {v.executor_point(p) for p in v.SMALL}
+    assert len(kinds) == 3 and len(host) == 3 + 3 + 1 and host[-1] == v.executor_point(v.SMALL[0])
     runs = {r["point"]: r["runs"] for r in res["points"]}
     assert runs == {p.label(): (3 if p == v.SMALL[0] else 2) for p in v.SMALL}
     first = next(r for r in res["points"] if r["point"] == v.SMALL[0].label())

@@ -6,20 +6,21 @@ run for real through harness.job.run_job:
 - `emulated`: the H200 GPT-2 profile replayed on a tiny stand-in GPT (+scenario=h200_emulated,
   compute=emulated, cost.time_scale as calibrate.STAND_IN so the stand-in's real math stays
   inside every modeled cost), every schedule, pp 2 and 4, dp 1 and 2, M from the global batch.
-  Each point is priced with what the executor adds per action measured seconds before each of
-  its runs (calibrate's job of its pp, dp and B: executor_beside), the rest of cluster=here as
-  calibrated;
+  Each point is priced with what the executor adds per action (calibrate's job of its pp, dp
+  and B: host_executor), the rest of cluster=here as calibrated;
 - `real`: an mlp with real compute at pp <= 2 (this machine's cores). Each point is priced on
-  what was measured seconds before each of its runs: its profile inside the executor at its B
-  (pp=1, M=4: calibrate.inrun_profile) and, for 2 ranks, how much slower an action runs when
-  both ranks compute (1F1B pp=2, M=4: calibrate.real_scales); no grid point is either job. Real
-  compute on a shared 2-core VM drifts by 10-30% over minutes: figures taken minutes before
-  the runs would measure the drift, not the prediction.
-Each emulated point runs `--repeats` times, each real one `--real-repeats` times (the repeats
-interleaved, so drift hits every point alike), and a point whose runs disagree runs again
-(SETTLED_SE, MAX_RUNS); its measured step is the median over every measured step of every
-run. Written: the table (predicted, measured, error) and the rank agreement (Spearman over
-the group, and over the predicted top 5), validation.md / validation.json / validation.png.
+  its profile inside the executor at its B (pp=1, M=4: calibrate.inrun_profile) and, for 2
+  ranks, how much slower an action runs when both ranks compute (1F1B pp=2, M=4:
+  calibrate.real_scales); no grid point is either job.
+The points run in rounds, every point once a round (`--repeats` rounds for the emulated ones,
+`--real-repeats` for the real ones), so drift hits every point alike; a point whose runs
+disagree runs again in later rounds (SETTLED_SE, MAX_RUNS). Its measured step is the median
+over every measured step of every run. What the host moves (real compute on this shared 2-core
+VM drifts by 10-30% over minutes; the executor's per-action cost with it) is measured in every
+round, once for each kind of point in it, and each point is priced on the median over the
+rounds: figures from the morning's calibration would measure the drift, not the prediction.
+Written: the table (predicted, measured, error) and the rank agreement (Spearman over the
+group, and over the predicted top 5), validation.md / validation.json / validation.png.
 The search's top point is held against the grid's median point, both measured.
 """
 
@@ -50,16 +51,16 @@ REAL_SPACE = Space(schedules=("gpipe", "1f1b"), pp=(1, 2), dp=(1,), gpus=2, micr
                    checkpointing=(False,), zero=(0,), placements=("pp_inner",))
 # Real compute here comes in bursts: two consecutive 3-6 s jobs of the same work differed by up
 # to 10% in their mean action, with no bias either way. Many short interleaved windows average
-# that out where a few long ones cannot; each real point runs REAL_REPEATS times.
-PROFILE_STEPS = 12  # the beside profile (pp=1, M=4)
+# that out where a few long ones cannot; each real point runs in REAL_REPEATS rounds.
+PROFILE_STEPS = 12  # the real group's profile job (pp=1, M=4)
 SCALE_STEPS = 8  # the 2-rank slow-down job (pp=2, M=4)
 REAL_STEPS = 12  # a real grid point
-REAL_REPEATS = 6
+REAL_REPEATS = 10
 # A point's measurement is settled when the robust standard error of its runs' medians is under
 # this (emulated points' runs agree within ~1-2%, real ones within ~3% in a quiet minute); an
 # unsettled one runs again, up to MAX_RUNS in all.
 SETTLED_SE = {"emulated": 0.015, "real": 0.03}
-MAX_RUNS = {"emulated": 6, "real": 10}
+MAX_RUNS = {"emulated": 6, "real": 16}
 SMALL = [Point("1f1b", 2, 8, 1, 1, 2, False, 0, "pp_inner"), Point("gpipe", 4, 16, 1, 1, 1, False, 0, "pp_inner"),
          Point("zbv", 2, 16, 1, 1, 1, False, 0, "pp_inner")]
 
@@ -110,45 +111,49 @@ def _config(problem, pt: Point):
     return c
 
 
-def profile_beside(pt: Point, work: Path) -> tuple[Path, dict | None]:
-    """The real group's mlp profiled inside the executor at the point's B just before a run of
-    it (calibrate.inrun_profile: pp=1, M=4), and for a point of 2 ranks, how much slower an
-    action runs with 2 ranks on the cores than alone (calibrate.real_scales: 1F1B pp=2, M=4).
-    Neither job is a grid point: their batches are a half and a quarter of the grid's."""
+def host_profile(b: int, worlds: set[int], work: Path) -> tuple[Path, dict[int, dict]]:
+    """The real group's mlp profiled inside the executor at microbatch size `b`
+    (calibrate.inrun_profile: pp=1, M=4), and for each world of 2 ranks or more, how much slower
+    an action runs with that many ranks on the cores than alone (calibrate.real_scales: 1F1B,
+    M=4). Neither job is a grid point: their batches are a half and a quarter of the grid's."""
     from .calibrate import inrun_profile, real_scales
 
     path = inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
-                         (pt.microbatch_size,), lambda m: None, steps=PROFILE_STEPS)
-    world = pt.pp * pt.dp
-    return path, (real_scales(path, world, 4, pt.microbatch_size, work.with_name(work.name + "_scales"), SCALE_STEPS)
-                  if world > 1 else None)
+                         (b,), lambda m: None, steps=PROFILE_STEPS)
+    return path, {w: real_scales(path, w, 4, b, work.with_name(f"{work.name}_scales{w}"), SCALE_STEPS)
+                  for w in sorted(worlds)}
 
 
-def executor_beside(pt: Point, work: Path) -> float:
-    """What the native executor adds to each emulated action, measured just before a run of an
-    emulated point: calibrate's job of the point's pp, dp and B (calibrate.EXECUTOR_POINTS, a
-    global batch of 8 or 4: never a grid point). On this VM it moved from 0.2 ms to 1.5-4 ms in
-    a busy hour (the stand-in's real math outgrowing the modeled cost), so a figure from hours
-    before would measure the host, not the prediction."""
-    from .calibrate import EXECUTOR_POINTS, executor_job
+def executor_point(pt: Point) -> tuple:
+    """The calibrate job (calibrate.EXECUTOR_POINTS, a global batch of 8 or 4: never a grid
+    point) that measures what the executor adds to `pt`'s actions: the same pp, dp and B."""
+    from .calibrate import EXECUTOR_POINTS
 
-    name, pp, dp, m, b = min(EXECUTOR_POINTS, key=lambda x: ((x[1], x[2]) != (pt.pp, pt.dp), x[4] != pt.microbatch_size,
-                                                             x[1] * x[2] != pt.pp * pt.dp))
-    return executor_job(name, pp, dp, m, b, work.with_name(work.name + "_executor"))["action_excess_s"]
+    return min(EXECUTOR_POINTS, key=lambda x: ((x[1], x[2]) != (pt.pp, pt.dp), x[4] != pt.microbatch_size,
+                                               x[1] * x[2] != pt.pp * pt.dp))
+
+
+def host_executor(job: tuple, work: Path) -> float:
+    """What the native executor adds to each emulated action, measured by calibrate's `job`. On
+    this VM it moved from 0.2 ms to 1.5-4 ms in a busy hour (the stand-in's real math outgrowing
+    the modeled cost), so a figure from hours before would measure the host, not the prediction."""
+    from .calibrate import executor_job
+
+    return executor_job(*job, work)["action_excess_s"]
 
 
 def priced_executor(problem, pt: Point, excess: list[float]):
-    """An emulated point's problem with the executor's per-action cost measured beside its runs
-    (the median of them)."""
+    """An emulated point's problem with the executor's per-action cost measured in the rounds of
+    the validation (the median of them)."""
     o = problem.cluster.overhead
     o = replace(o, action_s={**o.action_s, str(pt.pp * pt.dp): statistics.median(excess)})
     return replace(problem, cluster=replace(problem.cluster, overhead=o))
 
 
-def priced_beside(problem, paths: list[Path], scales: list[dict], work: Path):
-    """A real point's problem priced on what was measured beside its own runs, seconds before
-    each: the median of those profiles, and the median slow-down of its ranks (1 for one rank:
-    the profile is that rank alone), as its measured step is the median of its runs' steps."""
+def priced_real(problem, paths: list[Path], scales: list[dict], work: Path):
+    """A real point's problem priced on what was measured in the rounds of the validation: the
+    median of the profiles at its B, and the median slow-down of its ranks (1 for one rank: the
+    profile is that rank alone), as its measured step is the median of its runs' steps."""
     work.mkdir(parents=True, exist_ok=True)
     path = median_profile(paths, work / "mlp_inrun_profile.json")
     costs = LayerCosts(problem.config, problem.num_layers, json.loads(path.read_text()), str(path))
@@ -209,11 +214,11 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     """The table, figure and summary into `out`; the runs (records, traces) into `work`
     (default out/runs).
 
-    Each repeat runs every point once (so drift over the minutes hits every point alike); what
-    the host moves is measured again just before each run (an emulated point's per-action
-    executor cost; a real point's profile and, at 2 ranks, its slow-down) and its prediction
-    uses their median. The real grid is what the search ranks on a first profile (every point
-    fits either way)."""
+    Each round runs every point due once (so drift over the minutes hits every point alike),
+    after measuring what the host moves for each kind of point in it (an emulated point's
+    per-action executor cost; a real point's profile and, at 2 ranks, its slow-down); a
+    prediction uses the median over the rounds. The real grid is what the search ranks on a
+    first profile (every point fits either way)."""
     from .problem import build_problem
 
     work = out / "runs" if work is None else work
@@ -234,50 +239,70 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
         grids["real"] = (problem, [x.point for x in search(problem, REAL_SPACE).fitting])
     steps: dict[tuple[str, Point], list[float]] = {}
     per_run: dict[tuple[str, Point], list[float]] = {}
-    beside: dict[Point, tuple[list[Path], list[dict]]] = {}
-    executor: dict[Point, list[float]] = {}
+    profiles: dict[int, list[Path]] = {}  # B -> the real group's profiles
+    slowdowns: dict[int, list[dict]] = {}  # B -> its 2-rank slow-downs
+    executor: dict[tuple, list[float]] = {}  # calibrate's job -> per-action excess
     times = {"emulated": repeats, "real": real_repeats}
+    rounds = 0
 
-    def run_once(group: str, problem, i: int, pt: Point) -> None:
-        rep = len(per_run.get((group, pt), []))
-        d = work / f"{group}_{i:02d}_r{rep}"
+    def measure_host(group: str, pts: list[Point]) -> None:
+        """What the host moves, measured once this round for each kind of point about to run:
+        each point is priced on the median over every round. Pooled, not paired with a run: a
+        profile taken seconds before a run tracked it no better than one from another round
+        (README), and one per kind leaves the time to the runs themselves."""
+        tag = work / f"host{rounds:02d}_{group}"
         if group == "real":
-            path, scale = profile_beside(pt, d)
-            beside.setdefault(pt, ([], []))[0].append(path)
-            beside[pt][1].extend([scale] if scale else [])
+            for b in sorted({pt.microbatch_size for pt in pts}):
+                worlds = {pt.pp * pt.dp for pt in pts if pt.microbatch_size == b} - {1}
+                path, scales = host_profile(b, worlds, tag.with_name(f"{tag.name}_b{b}"))
+                profiles.setdefault(b, []).append(path)
+                slowdowns.setdefault(b, []).extend(scales.values())
         else:
-            executor.setdefault(pt, []).append(executor_beside(pt, d))
-        s = run_point(group, problem, pt, d, rep, log)
-        steps.setdefault((group, pt), []).extend(s)
-        per_run.setdefault((group, pt), []).append(statistics.median(s))
+            for job in dict.fromkeys(executor_point(pt) for pt in pts):
+                executor.setdefault(job, []).append(
+                    host_executor(job, tag.with_name(f"{tag.name}_{'_'.join(map(str, job))}")))
+
+    def run_round(todo: list[tuple[str, int, Point]]) -> None:
+        nonlocal rounds
+        for group in grids:
+            pts = [(i, pt) for g, i, pt in todo if g == group]
+            if pts:
+                measure_host(group, [pt for _, pt in pts])
+            for i, pt in pts:
+                rep = len(per_run.get((group, pt), []))
+                s = run_point(group, grids[group][0], pt, work / f"{group}_{i:02d}_r{rep}", rep, log)
+                steps.setdefault((group, pt), []).extend(s)
+                per_run.setdefault((group, pt), []).append(statistics.median(s))
+        rounds += 1
 
     for rep in range(max(times[g] for g in grids) if grids else 0):
-        for group, (problem, pts) in grids.items():
-            for i, pt in enumerate(pts if rep < times[group] else ()):
-                run_once(group, problem, i, pt)
+        run_round([(g, i, pt) for g, (_, pts) in grids.items() if rep < times[g] for i, pt in enumerate(pts)])
     # A point whose runs disagree (a busy minute on the host slowed one of them) runs again,
     # interleaved with the other such points, until its measurement settles or MAX_RUNS: decided
     # from the runs alone, never from the prediction.
     while unsettled := [(g, i, pt) for g, (_, pts) in grids.items() for i, pt in enumerate(pts)
                         if robust_se(per_run[(g, pt)]) > SETTLED_SE[g] and len(per_run[(g, pt)]) < MAX_RUNS[g]]:
-        for group, i, pt in unsettled:
+        for group, _, pt in unsettled:
             log(f"harness.advise.validate: {group} {pt.label()}: its runs disagree "
                 f"(standard error {robust_se(per_run[(group, pt)]):.1%}), one more")
-            run_once(group, grids[group][0], i, pt)
+        run_round(unsettled)
     rows = []
     for group, (problem, pts) in grids.items():
         for i, pt in enumerate(pts):
-            # priced on what was measured beside its own runs, seconds before each
+            # priced on what the rounds measured of the host
             if group == "real":
-                problem = priced_beside(grids["real"][0], *beside[pt], work / f"real_{i:02d}")
+                host = profiles[pt.microbatch_size]
+                problem = priced_real(grids["real"][0], host, slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
+                                      work / f"real_{i:02d}")
             else:
-                problem = priced_executor(grids["emulated"][0], pt, executor[pt])
+                host = executor[executor_point(pt)]
+                problem = priced_executor(grids["emulated"][0], pt, host)
             step, m = evaluate(problem, pt).step_time_s, statistics.median(steps[(group, pt)])
             reps = per_run[(group, pt)]
             se = robust_se(reps)
             rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
                          "measured_step_s": m, "error": step / m - 1, "repeat_spread": (max(reps) - min(reps)) / m,
-                         "measured_se": se, "runs": len(reps),
+                         "measured_se": se, "runs": len(reps), "host_measurements": len(host),
                          "predicted_throughput": problem.global_batch / step,
                          "measured_throughput": problem.global_batch / m})
     summary = {}
