@@ -343,6 +343,39 @@ def test_a_point_whose_runs_disagree_runs_again(tmp_path, monkeypatch):
     assert v.robust_se([1.0, 1.4, 1.0, 1.0]) == 0.0 and v.robust_se([1.0, 1.1]) > v.SETTLED_SE["emulated"]
 
 
+def test_a_real_points_backward_is_priced_at_its_own_m(tmp_path):
+    """A step's first B creates the gradients, the rest add into them (2 ms against 3 ms here):
+    the profile job (M=4) measures a mean B of 2.75 ms; a point at M=8 is priced at 2.875 ms, at
+    M=16 at 2.9375, each the median over the rounds' profiles."""
+    from harness.advise.validate import median_profile
+
+    paths = []
+    for i, rest in enumerate((3e-3, 3e-3, 9e-3)):  # the third, a busy round's, is outvoted
+        first, mean = 2e-3, (2e-3 + 3 * rest) / 4
+        layer = {"fwd_s": 1e-3, "bwd_s": mean, "bwd_first_s": first, "bwd_rest_s": rest, "microbatches": 4}
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps({"measurement": "test", "layers": [{"by_microbatch": {"8": layer}}]}))
+    for m, want in ((4, 2.75e-3), (8, 2.875e-3), (16, 2.9375e-3)):
+        got = json.loads(median_profile(paths, tmp_path / f"m{m}.json", m).read_text())
+        assert got["layers"][0]["by_microbatch"]["8"]["bwd_s"] == pytest.approx(want)
+
+
+def test_step_medians_split_a_steps_first_backward(tmp_path):
+    """Per-action seconds of a typical step from a trace: the median over steps (a burst in one
+    step does not move it), a step's first B apart from its others."""
+    from harness.advise.calibrate import step_medians
+
+    def x(step, kind, mb, ms, stage=0):
+        return {"ph": "X", "dur": ms * 1e3, "args": {"step": step, "kind": kind, "stage": stage, "microbatch": mb}}
+
+    ev = [x(s, "F", mb, 1.0 * k) for s, k in ((0, 9), (1, 1), (2, 1), (3, 5)) for mb in range(3)]
+    ev += [x(s, "B", mb, (2.0 if mb == 0 else 4.0) * k) for s, k in ((0, 9), (1, 1), (2, 1), (3, 5)) for mb in range(3)]
+    ev += [x(1, "F", 0, 100.0, stage=1)]
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": ev}))
+    t = step_medians(tmp_path / "trace.json", 1, 0)  # step 0 is warm-up; step 3 a burst
+    assert t == pytest.approx({"F": 1e-3, "B": 10 / 3 * 1e-3, "B_first": 2e-3, "B_rest": 4e-3})
+
+
 def test_points_closer_than_the_resolution_are_tied():
     from harness.advise.validate import spearman, tied_ranks
 

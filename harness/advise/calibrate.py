@@ -133,6 +133,7 @@ def memory_bandwidth() -> float:
 REAL_MLP = {"model.name": "mlp", "model.layers": 8, "model.hidden": 1024}  # validate.py's real-compute model
 REAL_B = 16
 REAL_SIZES = (8, 16)  # the real group's microbatch sizes (validate.py)
+PROFILE_MICROBATCHES = 4  # inrun_profile's M: no real grid point's (8 and 16)
 
 
 def _config(**kw):
@@ -196,8 +197,9 @@ def executor_job(name: str, pp: int, dp: int, m: int, b: int, d: Path) -> dict:
 
 def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, log=print, steps: int = 4) -> Path:
     """The real-compute mlp profiled INSIDE the native executor: one pp=1 job per microbatch
-    size (M=4, compute=real), the stage's measured mean F and B split evenly over its layers
-    (the mlp's layers are identical: same parameters, same FLOPs). harness.profile times each
+    size (M=4, compute=real), the stage's F and B in a typical step (step_medians) split evenly
+    over its layers (the mlp's layers are identical: same parameters, same FLOPs), B also as a
+    step's first and its others. harness.profile times each
     layer alone, without what the runtime adds to every action (each backward accumulating
     into .grad, a memory-bound pass over the parameters; the memory meter's hooks): here its
     backward came out 2-3x below the runtime's, so real compute is priced from the runtime."""
@@ -206,11 +208,14 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     by: dict[str, dict[str, float]] = {}
     L = int(REAL_MLP["model.layers"])
     for b in sizes:
-        c = _config(pp=1, dp=1, microbatches=4, microbatch_size=b, compute="real", steps=steps, **REAL_MLP)
+        c = _config(pp=1, dp=1, microbatches=PROFILE_MICROBATCHES, microbatch_size=b, compute="real", steps=steps,
+                    **REAL_MLP)
         r = run_job(c, work / f"inrun_profile_b{b}", "calibrate", "profile")
         if r.status != "ok":
             raise RuntimeError(f"in-run profile B={b}: {r.status}: {r.error}")
-        by[str(b)] = {"fwd_s": r.metrics.mean_op_s["F"][0] / L, "bwd_s": r.metrics.mean_op_s["B"][0] / L}
+        t = step_medians(work / f"inrun_profile_b{b}" / "trace.json", c.warmup_steps, 0)
+        by[str(b)] = {"fwd_s": t["F"] / L, "bwd_s": t["B"] / L, "bwd_first_s": t["B_first"] / L,
+                      "bwd_rest_s": t["B_rest"] / L, "microbatches": PROFILE_MICROBATCHES}
         log(f"harness.advise.calibrate: in-run profile B={b}: F {by[str(b)]['fwd_s'] * 1e3:.3f} ms, B "
             f"{by[str(b)]['bwd_s'] * 1e3:.3f} ms per layer")
     from harness.model import get_model
@@ -220,7 +225,8 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     params = layer_params(model)
     prof = {"device": "cpu (this machine)", "dtype": "torch.float32",
             "measurement": "inside the native executor: python -m harness pp=1 compute=real microbatches=4, "
-                           "the stage's mean F and B split evenly over its identical layers (calibrate.inrun_profile)",
+                           "the stage's F and B in a typical step split evenly over its identical layers "
+                           "(calibrate.inrun_profile)",
             "model": {"config": {k.split(".", 1)[1]: v for k, v in REAL_MLP.items()}},
             "layers": [{"index": i, "kind": model.kind(i), "params": params[i],
                         "by_microbatch": {k: {**v, "fwd_flops": model.fwd_flops(i, int(k))} for k, v in by.items()}}
@@ -229,10 +235,33 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     return path
 
 
+def step_medians(trace_path: Path, warmup: int, stage: int) -> dict[str, float]:
+    """A stage's seconds per action in a typical step of a run's trace.json: for F and B, the
+    median over measured steps of the step's mean action (a median, as a run's step time is:
+    a burst on this host inflates a mean by 2-3%); for B also the step's first ("B_first") and
+    the mean of its others ("B_rest"). The first backward of a step creates each parameter's
+    .grad; every later one reads and rewrites it (7-9 ms more here at 8 x 4 MiB of weights:
+    10.9 against 18.3 ms at B=8), so a step's mean B depends on its M."""
+    d = json.loads(trace_path.read_text())
+    steps: dict[int, list[dict]] = {}
+    for e in (d["traceEvents"] if isinstance(d, dict) else d):
+        a = e.get("args", {})
+        if e.get("ph") == "X" and a.get("kind") in ("F", "B") and a.get("stage") == stage and a.get("step", -1) >= warmup:
+            steps.setdefault(a["step"], []).append(e)
+
+    def median_of(pick) -> float:
+        return statistics.median(statistics.fmean(x["dur"] for x in es if pick(x)) for es in steps.values()) / 1e6
+
+    first = {n: min(x["args"]["microbatch"] for x in es if x["args"]["kind"] == "B") for n, es in steps.items()}
+    return {"F": median_of(lambda x: x["args"]["kind"] == "F"), "B": median_of(lambda x: x["args"]["kind"] == "B"),
+            "B_first": median_of(lambda x: x["args"]["kind"] == "B" and x["args"]["microbatch"] == first[x["args"]["step"]]),
+            "B_rest": median_of(lambda x: x["args"]["kind"] == "B" and x["args"]["microbatch"] != first[x["args"]["step"]])}
+
+
 def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path, steps: int = 5) -> dict:
     """One compute=real mlp job at `pp` ranks (1F1B, `microbatches` of `b`) against the in-run
-    `profile`: its stages' mean F and B over the profile's layers (the medians over stages):
-    how much slower an action runs with `pp` ranks on the host than alone."""
+    `profile`: its stages' F and B in a typical step over the profile's layers (the medians
+    over stages): how much slower an action runs with `pp` ranks on the host than alone."""
     from harness.job import run_job
     from harness.plan import make_plan
 
@@ -244,8 +273,9 @@ def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path, s
         raise RuntimeError(f"calibration job real pp={pp}: {r.status}: {r.error}")
     ratio: dict[str, list[float]] = {"F": [], "B": []}
     for s, (lo, hi) in enumerate(make_plan(c).stage_layers):
+        t = step_medians(work / "trace.json", c.warmup_steps, s)
         for k, key in (("F", "fwd_s"), ("B", "bwd_s")):
-            ratio[k].append(r.metrics.mean_op_s[k][s] / sum(layer[i]["by_microbatch"][str(b)][key] for i in range(lo, hi)))
+            ratio[k].append(t[k] / sum(layer[i]["by_microbatch"][str(b)][key] for i in range(lo, hi)))
     return {"pp": pp, "dp": 1, "world": pp, "fwd_scale": statistics.median(ratio["F"]),
             "bwd_scale": statistics.median(ratio["B"]), "step_s": statistics.median(r.metrics.step_times_s),
             "config": _dict(c)}

@@ -150,12 +150,14 @@ def priced_executor(problem, pt: Point, excess: list[float]):
     return replace(problem, cluster=replace(problem.cluster, overhead=o))
 
 
-def priced_real(problem, paths: list[Path], scales: list[dict], work: Path):
+def priced_real(problem, paths: list[Path], scales: list[dict], work: Path, microbatches: int):
     """A real point's problem priced on what was measured in the rounds of the validation: the
-    median of the profiles at its B, and the median slow-down of its ranks (1 for one rank: the
-    profile is that rank alone), as its measured step is the median of its runs' steps."""
+    median of the profiles at its B, its mean B at its own M (a step's first backward creates
+    the gradients, the others add into them: calibrate.first_backward), and the median
+    slow-down of its ranks (1 for one rank: the profile is that rank alone), as its measured
+    step is the median of its runs' steps."""
     work.mkdir(parents=True, exist_ok=True)
-    path = median_profile(paths, work / "mlp_inrun_profile.json")
+    path = median_profile(paths, work / "mlp_inrun_profile.json", microbatches)
     costs = LayerCosts(problem.config, problem.num_layers, json.loads(path.read_text()), str(path))
     o = problem.cluster.overhead
     for key, name in (("fwd_scale", "real_fwd_scale"), ("bwd_scale", "real_bwd_scale")):
@@ -166,18 +168,25 @@ def priced_real(problem, paths: list[Path], scales: list[dict], work: Path):
     return replace(problem, costs=costs, cluster=replace(problem.cluster, overhead=o))
 
 
-def median_profile(paths: list[Path], out: Path) -> Path:
-    """One profile whose time at each microbatch size is the median over `paths` measured at it."""
+def median_profile(paths: list[Path], out: Path, microbatches: int) -> Path:
+    """One profile whose times at each microbatch size are the medians over `paths` measured at
+    it, its B the mean over a step of `microbatches` (one first, the rest adding). The 2-rank
+    slow-down (calibrate.real_scales) is against the profile job's own mean B, at its own M:
+    it scales this one."""
     runs = [json.loads(p.read_text()) for p in paths]
-    merged = runs[0]
+    merged = json.loads(paths[0].read_text())
     for i, layer in enumerate(merged["layers"]):
         sizes = sorted({b for r in runs for b in r["layers"][i]["by_microbatch"]}, key=int)
         layer["by_microbatch"] = {}
         for b in sizes:
             at = [r["layers"][i]["by_microbatch"][b] for r in runs if b in r["layers"][i]["by_microbatch"]]
-            layer["by_microbatch"][b] = {**at[0], **{k: statistics.median(t[k] for t in at) for k in ("fwd_s", "bwd_s")}}
-    merged["measurement"] += (f"; the median of {len(runs)} such profiles, one measured just before each run of each "
-                              "point (validate.py)")
+            t = {**at[0], **{k: statistics.median(x[k] for x in at)
+                             for k in ("fwd_s", "bwd_s", "bwd_first_s", "bwd_rest_s")}}
+            step_mean = (t["bwd_first_s"] + (microbatches - 1) * t["bwd_rest_s"]) / microbatches
+            job_mean = (t["bwd_first_s"] + (t["microbatches"] - 1) * t["bwd_rest_s"]) / t["microbatches"]
+            layer["by_microbatch"][b] = {**t, "bwd_s": t["bwd_s"] * step_mean / job_mean}
+    merged["measurement"] += (f"; the median of {len(runs)} such profiles, measured in the rounds of a validation, "
+                              f"its B the mean over a step of M={microbatches} (validate.py)")
     out.write_text(json.dumps(merged, indent=1))
     return out
 
@@ -293,7 +302,7 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             if group == "real":
                 host = profiles[pt.microbatch_size]
                 problem = priced_real(grids["real"][0], host, slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
-                                      work / f"real_{i:02d}")
+                                      work / f"real_{i:02d}", pt.microbatches)
             else:
                 host = executor[executor_point(pt)]
                 problem = priced_executor(grids["emulated"][0], pt, host)
