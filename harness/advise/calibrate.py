@@ -133,7 +133,10 @@ def memory_bandwidth() -> float:
 REAL_MLP = {"model.name": "mlp", "model.layers": 8, "model.hidden": 1024}  # validate.py's real-compute model
 REAL_B = 16
 REAL_SIZES = (8, 16)  # the real group's microbatch sizes (validate.py)
-PROFILE_MICROBATCHES = 4  # inrun_profile's M: no real grid point's (8 and 16)
+# inrun_profile's M (and validate.py's 2-rank job's): no real grid point's (8 and 16), and
+# enough that a step's steady state decides its typical action. The first actions after the
+# optimizer step run slower (a 2-rank 1F1B step's third B up to 15%): at M=4, nearly all of them.
+PROFILE_MICROBATCHES = 12
 
 
 def _config(**kw):
@@ -197,10 +200,10 @@ def executor_job(name: str, pp: int, dp: int, m: int, b: int, d: Path) -> dict:
 
 def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, log=print, steps: int = 4) -> Path:
     """The real-compute mlp profiled INSIDE the native executor: one pp=1 job per microbatch
-    size (M=4, compute=real), the stage's F and B in a typical step (step_medians) split evenly
-    over its layers (the mlp's layers are identical: same parameters, same FLOPs), B also as a
-    step's first and its others. harness.profile times each
-    layer alone, without what the runtime adds to every action (each backward accumulating
+    size (M=PROFILE_MICROBATCHES, compute=real), the stage's F and B in a typical step
+    (step_medians) split evenly over its layers (the mlp's layers are identical: same
+    parameters, same FLOPs), B also as a step's first and its others. harness.profile times
+    each layer alone, without what the runtime adds to every action (each backward accumulating
     into .grad, a memory-bound pass over the parameters; the memory meter's hooks): here its
     backward came out 2-3x below the runtime's, so real compute is priced from the runtime."""
     from harness.job import run_job
@@ -224,7 +227,8 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
     model = get_model(c.model)
     params = layer_params(model)
     prof = {"device": "cpu (this machine)", "dtype": "torch.float32",
-            "measurement": "inside the native executor: python -m harness pp=1 compute=real microbatches=4, "
+            "measurement": "inside the native executor: python -m harness pp=1 compute=real "
+                           f"microbatches={PROFILE_MICROBATCHES}, "
                            "the stage's F and B in a typical step split evenly over its identical layers "
                            "(calibrate.inrun_profile)",
             "model": {"config": {k.split(".", 1)[1]: v for k, v in REAL_MLP.items()}},

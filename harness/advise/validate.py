@@ -9,8 +9,8 @@ run for real through harness.job.run_job:
   Each point is priced with what the executor adds per action (calibrate's job of its pp, dp
   and B: host_executor), the rest of cluster=here as calibrated;
 - `real`: an mlp with real compute at pp <= 2 (this machine's cores). Each point is priced on
-  its profile inside the executor at its B (pp=1, M=4: calibrate.inrun_profile) and, for 2
-  ranks, how much slower an action runs when both ranks compute (1F1B pp=2, M=4:
+  its profile inside the executor at its B (pp=1, M=12: calibrate.inrun_profile) and, for 2
+  ranks, how much slower an action runs when both ranks compute (1F1B pp=2, M=12:
   calibrate.real_scales); no grid point is either job.
 The points run in rounds, every point once a round (`--repeats` rounds for the emulated ones,
 `--real-repeats` for the real ones), so drift hits every point alike; a point whose runs
@@ -52,8 +52,8 @@ REAL_SPACE = Space(schedules=("gpipe", "1f1b"), pp=(1, 2), dp=(1,), gpus=2, micr
 # Real compute here comes in bursts: two consecutive 3-6 s jobs of the same work differed by up
 # to 10% in their mean action, with no bias either way. Many short interleaved windows average
 # that out where a few long ones cannot; each real point runs in REAL_REPEATS rounds.
-PROFILE_STEPS = 12  # the real group's profile job (pp=1, M=4)
-SCALE_STEPS = 8  # the 2-rank slow-down job (pp=2, M=4)
+PROFILE_STEPS = 6  # the real group's profile job (pp=1, M=12)
+SCALE_STEPS = 4  # the 2-rank slow-down job (pp=2, M=12)
 REAL_STEPS = 12  # a real grid point
 REAL_REPEATS = 10
 # A point's measurement is settled when the robust standard error of its runs' medians is under
@@ -113,15 +113,15 @@ def _config(problem, pt: Point):
 
 def host_profile(b: int, worlds: set[int], work: Path) -> tuple[Path, dict[int, dict]]:
     """The real group's mlp profiled inside the executor at microbatch size `b`
-    (calibrate.inrun_profile: pp=1, M=4), and for each world of 2 ranks or more, how much slower
-    an action runs with that many ranks on the cores than alone (calibrate.real_scales: 1F1B,
-    M=4). Neither job is a grid point: their batches are a half and a quarter of the grid's."""
-    from .calibrate import inrun_profile, real_scales
+    (calibrate.inrun_profile: pp=1), and for each world of 2 ranks or more, how much slower an
+    action runs with that many ranks on the cores than alone (calibrate.real_scales: 1F1B), both
+    at M=12 (calibrate.PROFILE_MICROBATCHES): global batches of 96 and 192, no grid point's."""
+    from .calibrate import PROFILE_MICROBATCHES, inrun_profile, real_scales
 
     path = inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
                          (b,), lambda m: None, steps=PROFILE_STEPS)
-    return path, {w: real_scales(path, w, 4, b, work.with_name(f"{work.name}_scales{w}"), SCALE_STEPS)
-                  for w in sorted(worlds)}
+    return path, {w: real_scales(path, w, PROFILE_MICROBATCHES, b, work.with_name(f"{work.name}_scales{w}"),
+                                 SCALE_STEPS) for w in sorted(worlds)}
 
 
 def executor_point(pt: Point) -> tuple:
