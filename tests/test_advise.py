@@ -297,21 +297,20 @@ def test_predictions_hold_on_this_machine_small(tmp_path):
 @pytest.mark.dist
 def test_predictions_hold_on_the_whole_grid(tmp_path):
     """The validation grid (every schedule, pp 2 and 4, dp 1 and 2 of the emulated H200 replay;
-    the real-compute mlp at pp <= 2): each group within 10% on average, nine in ten emulated
-    points within 10% each, the emulated grid's measured order agreeing with the predicted
-    (Spearman >= 0.9 over its 30 points), and the search's top point measured faster than the
-    grid's median point. Every point within 10% and the top 5's order are reported by
-    validation.md, not held here: in busy hours on this 2-core VM a point's runs spread by
-    20-40% and the top 4 emulated points are predicted within 3.5% of each other, so two of three
-    validations missed one of them that afternoon (README, "Predicted against measured")."""
+    the real-compute mlp at pp <= 2): every point predicted within 10% of its measured step,
+    give or take two standard errors of that measurement (a point's runs spread by 12-49% on
+    this 2-core VM, so its measured step is known to 1-3%: validation.md reports the bare 10%),
+    the predicted top 5 in the measured order (Spearman >= 0.9, points the measurement cannot
+    order taken as predicted), the emulated grid's whole order (Spearman >= 0.9 over 30
+    points), and the search's top point measured faster than the grid's median point."""
     from harness.advise.validate import validate
 
     res = validate(load(["cluster=here"]), tmp_path, log=lambda m: None)
-    emulated = res["summary"]["emulated"]
-    assert emulated["within_10pct"] >= 0.9 * emulated["points"], emulated
-    assert emulated["spearman_all"] >= 0.9, emulated
+    for r in res["points"]:
+        assert abs(r["error"]) <= 0.10 + 2 * r["measured_se"], r
+    assert res["summary"]["emulated"]["spearman_all"] >= 0.9, res["summary"]["emulated"]
     for group, s in res["summary"].items():
-        assert s["mean_abs_error"] <= 0.10, (group, s)
+        assert s["spearman_top5_ties"] >= 0.9, (group, s)
         assert s["top_measured_throughput"] > s["median_measured_throughput"], (group, s)
 
 

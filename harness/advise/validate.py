@@ -60,7 +60,7 @@ REAL_REPEATS = 10
 # this (emulated points' runs agree within ~1-2%, real ones within ~3% in a quiet minute); an
 # unsettled one runs again, up to MAX_RUNS in all.
 SETTLED_SE = {"emulated": 0.015, "real": 0.03}
-MAX_RUNS = {"emulated": 6, "real": 16}
+MAX_RUNS = {"emulated": 10, "real": 16}
 SMALL = [Point("1f1b", 2, 8, 1, 1, 2, False, 0, "pp_inner"), Point("gpipe", 4, 16, 1, 1, 1, False, 0, "pp_inner"),
          Point("zbv", 2, 16, 1, 1, 1, False, 0, "pp_inner")]
 
