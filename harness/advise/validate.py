@@ -277,6 +277,10 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             pts = [(i, pt) for g, i, pt in todo if g == group]
             if pts:
                 measure_host(group, [pt for _, pt in pts])
+                # each round starts one point further on: no point always runs right after the
+                # host jobs or the same neighbour (a point's runs fell 10% slower than its
+                # profile, pooled over the same ten rounds, while another's fell 4% faster)
+                pts = pts[rounds % len(pts):] + pts[:rounds % len(pts)]
             for i, pt in pts:
                 rep = len(per_run.get((group, pt), []))
                 s = run_point(group, grids[group][0], pt, work / f"{group}_{i:02d}_r{rep}", rep, log)
