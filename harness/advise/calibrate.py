@@ -250,16 +250,17 @@ def step_medians(trace_path: Path, warmup: int, stage: int) -> dict[str, float]:
     steps: dict[int, list[dict]] = {}
     for e in (d["traceEvents"] if isinstance(d, dict) else d):
         a = e.get("args", {})
-        if e.get("ph") == "X" and a.get("kind") in ("F", "B") and a.get("stage") == stage and a.get("step", -1) >= warmup:
-            steps.setdefault(a["step"], []).append(e)
+        if e.get("ph") == "X" and a.get("kind") in ("F", "B") and a.get("stage") == stage \
+                and a.get("step", -1) >= warmup:
+            steps.setdefault(a["step"], []).append(a | {"dur": e["dur"]})
 
     def median_of(pick) -> float:
         return statistics.median(statistics.fmean(x["dur"] for x in es if pick(x)) for es in steps.values()) / 1e6
 
-    first = {n: min(x["args"]["microbatch"] for x in es if x["args"]["kind"] == "B") for n, es in steps.items()}
-    return {"F": median_of(lambda x: x["args"]["kind"] == "F"), "B": median_of(lambda x: x["args"]["kind"] == "B"),
-            "B_first": median_of(lambda x: x["args"]["kind"] == "B" and x["args"]["microbatch"] == first[x["args"]["step"]]),
-            "B_rest": median_of(lambda x: x["args"]["kind"] == "B" and x["args"]["microbatch"] != first[x["args"]["step"]])}
+    first = {n: min(x["microbatch"] for x in es if x["kind"] == "B") for n, es in steps.items()}
+    return {"F": median_of(lambda x: x["kind"] == "F"), "B": median_of(lambda x: x["kind"] == "B"),
+            "B_first": median_of(lambda x: x["kind"] == "B" and x["microbatch"] == first[x["step"]]),
+            "B_rest": median_of(lambda x: x["kind"] == "B" and x["microbatch"] != first[x["step"]])}
 
 
 def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path, steps: int = 5) -> dict:

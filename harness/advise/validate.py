@@ -153,7 +153,7 @@ def priced_executor(problem, pt: Point, excess: list[float]):
 def priced_real(problem, paths: list[Path], scales: list[dict], work: Path, microbatches: int):
     """A real point's problem priced on what was measured in the rounds of the validation: the
     median of the profiles at its B, its mean B at its own M (a step's first backward creates
-    the gradients, the others add into them: calibrate.first_backward), and the median
+    the gradients, the others add into them: calibrate.step_medians), and the median
     slow-down of its ranks (1 for one rank: the profile is that rank alone), as its measured
     step is the median of its runs' steps."""
     work.mkdir(parents=True, exist_ok=True)
@@ -305,7 +305,8 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             # priced on what the rounds measured of the host
             if group == "real":
                 host = profiles[pt.microbatch_size]
-                problem = priced_real(grids["real"][0], host, slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
+                problem = priced_real(grids["real"][0], host,
+                                      slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
                                       work / f"real_{i:02d}", pt.microbatches)
             else:
                 host = executor[executor_point(pt)]
