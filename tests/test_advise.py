@@ -365,7 +365,8 @@ def test_step_medians_split_a_steps_first_backward(tmp_path):
     from harness.advise.calibrate import step_medians
 
     def x(step, kind, mb, ms, stage=0):
-        return {"ph": "X", "dur": ms * 1e3, "args": {"step": step, "kind": kind, "stage": stage, "microbatch": mb}}
+        return {"ph": "X", "name": f"{stage}{kind}{mb}", "cat": "compute", "tid": stage, "ts": 0.0, "dur": ms * 1e3,
+                "args": {"step": step, "kind": kind, "stage": stage, "microbatch": mb}}
 
     ev = [x(s, "F", mb, 1.0 * k) for s, k in ((0, 9), (1, 1), (2, 1), (3, 5)) for mb in range(3)]
     ev += [x(s, "B", mb, (2.0 if mb == 0 else 4.0) * k) for s, k in ((0, 9), (1, 1), (2, 1), (3, 5)) for mb in range(3)]

@@ -246,21 +246,20 @@ def step_medians(trace_path: Path, warmup: int, stage: int) -> dict[str, float]:
     the mean of its others ("B_rest"). The first backward of a step creates each parameter's
     .grad; every later one reads and rewrites it (7-9 ms more here at 8 x 4 MiB of weights:
     10.9 against 18.3 ms at B=8), so a step's mean B depends on its M."""
-    d = json.loads(trace_path.read_text())
-    steps: dict[int, list[dict]] = {}
-    for e in (d["traceEvents"] if isinstance(d, dict) else d):
-        a = e.get("args", {})
-        if e.get("ph") == "X" and a.get("kind") in ("F", "B") and a.get("stage") == stage \
-                and a.get("step", -1) >= warmup:
-            steps.setdefault(a["step"], []).append(a | {"dur": e["dur"]})
+    from harness.record import read_trace
+
+    steps: dict[int, list] = {}
+    for e in read_trace(trace_path):
+        if e.kind in ("F", "B") and e.stage == stage and e.step >= warmup:
+            steps.setdefault(e.step, []).append(e)
 
     def median_of(pick) -> float:
-        return statistics.median(statistics.fmean(x["dur"] for x in es if pick(x)) for es in steps.values()) / 1e6
+        return statistics.median(statistics.fmean(x.dur for x in es if pick(x)) for es in steps.values())
 
-    first = {n: min(x["microbatch"] for x in es if x["kind"] == "B") for n, es in steps.items()}
-    return {"F": median_of(lambda x: x["kind"] == "F"), "B": median_of(lambda x: x["kind"] == "B"),
-            "B_first": median_of(lambda x: x["kind"] == "B" and x["microbatch"] == first[x["step"]]),
-            "B_rest": median_of(lambda x: x["kind"] == "B" and x["microbatch"] != first[x["step"]])}
+    first = {n: min(x.microbatch for x in es if x.kind == "B") for n, es in steps.items()}
+    return {"F": median_of(lambda x: x.kind == "F"), "B": median_of(lambda x: x.kind == "B"),
+            "B_first": median_of(lambda x: x.kind == "B" and x.microbatch == first[x.step]),
+            "B_rest": median_of(lambda x: x.kind == "B" and x.microbatch != first[x.step])}
 
 
 def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path, steps: int = 5) -> dict:

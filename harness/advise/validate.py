@@ -259,17 +259,16 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
         each point is priced on the median over every round. Pooled, not paired with a run: a
         profile taken seconds before a run tracked it no better than one from another round
         (README), and one per kind leaves the time to the runs themselves."""
-        tag = work / f"host{rounds:02d}_{group}"
+        tag = f"host{rounds:02d}_{group}"
         if group == "real":
             for b in sorted({pt.microbatch_size for pt in pts}):
                 worlds = {pt.pp * pt.dp for pt in pts if pt.microbatch_size == b} - {1}
-                path, scales = host_profile(b, worlds, tag.with_name(f"{tag.name}_b{b}"))
+                path, scales = host_profile(b, worlds, work / f"{tag}_b{b}")
                 profiles.setdefault(b, []).append(path)
                 slowdowns.setdefault(b, []).extend(scales.values())
         else:
             for job in dict.fromkeys(executor_point(pt) for pt in pts):
-                executor.setdefault(job, []).append(
-                    host_executor(job, tag.with_name(f"{tag.name}_{'_'.join(map(str, job))}")))
+                executor.setdefault(job, []).append(host_executor(job, work / f"{tag}_{'_'.join(map(str, job))}"))
 
     def run_round(todo: list[tuple[str, int, Point]]) -> None:
         nonlocal rounds
