@@ -25,7 +25,7 @@ from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, Interpolatio
 from harness import compat
 from harness.runtime.faults import parse_fault
 from harness.runtime.registry import EXECUTORS
-from harness.schedules.builders import chunks_per_rank, requirements
+from harness.schedules.registry import SCHEDULES, chunks_per_rank, requirements
 
 
 class ConfigError(ValueError):
@@ -37,8 +37,6 @@ class ConfigError(ValueError):
         self.detail = detail
 
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
-SPLIT_BACKWARD = ("zb_h1", "zbv", "dualpipev")  # I/W schedules
 PARTITIONS_SUPPORTED = ("uniform", "params", "flops", "profile", "explicit")
 P2P_MODES = ("auto", "eager", "safe")
 PLACEMENTS = ("pp_inner", "dp_inner")  # harness.runtime.groups.Layout: a launcher slot <-> a global rank
@@ -394,7 +392,7 @@ def _check_optimizer(c: Config) -> None:
 
 def validate(c: Config, cuda_devices: int = 0) -> None:
     """Everything a run needs that the schema cannot express, checked before any worker."""
-    _one_of("schedule", c.schedule.name, SCHEDULES)
+    _one_of("schedule", c.schedule.name, tuple(SCHEDULES))
     from harness.model import MODELS as registered  # the model registry (harness.model imports this module)
 
     _one_of("model", c.model.name, tuple(registered))
@@ -476,13 +474,14 @@ def validate(c: Config, cuda_devices: int = 0) -> None:
                           f"{', '.join(executor.faults) or 'no faults'}")
     if c.device == "cuda" and "cuda" not in executor.devices:
         raise ConfigError(f"device=cuda: executor={c.executor} runs on {', '.join(executor.devices)}")
-    if c.schedule.name in SPLIT_BACKWARD and not executor.split_backward:
+    split = SCHEDULES[c.schedule.name].split_backward
+    if split and not executor.split_backward:
         raise ConfigError(f"schedule={c.schedule.name}: executor={c.executor} runs no split backward (I/W)")
     if executor.private_torch(c) and (problem := compat.untested_torch()):
         raise ConfigError(f"executor={c.executor}: {problem}")
     if executor.check is not None and (problem := executor.check(c)):
         raise ConfigError(problem)
-    if c.dp > 1 and c.schedule.name in SPLIT_BACKWARD:
+    if c.dp > 1 and split:
         raise ConfigError(f"dp={c.dp}: schedule={c.schedule.name} defers weight gradients past the backward, "
                           f"where DDP's gradient hooks never see them (allowed with dp > 1: gpipe, 1f1b, "
                           "interleaved_1f1b, or dp=1)")

@@ -17,7 +17,7 @@ from harness.precision import Precision
 from harness.result import PlanRecord
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
-from harness.schedules.builders import build
+from harness.schedules.registry import build
 from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule, stage_to_rank
 from harness.schedules.validate import ScheduleError

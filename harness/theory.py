@@ -18,18 +18,19 @@ tests/test_theory_costs.py (N = 2..8, M = 1..32, B/F in 1, 1.5, 2, 3, w in 0.5, 
 was checked once further (N <= 16, M <= 64, six random B/F in 0.2..5 and w in 0..1; for
 the zero-bubble schedules also w = 0, w = 1, B/F = 0.1 and 10 at N <= 8).
 
-Closed form for every (N, M, costs) the builders accept:
+Each schedule's closed form lives with its builder, in its registry entry (`ScheduleSpec.idle`,
+harness/schedules/builders.py and v_shape.py), with its source:
   gpipe, 1f1b        (N-1) / (M+N-1) for any F, B
   interleaved_1f1b   k / (VM + k), k = N-1 + (V-1) max(0, N-M), for any F, B (units of chunks)
   zb_h1              idle = (N-1) max(F, I) + (N-min(M,N)) min(F, I) + (min(M,N)-1) max(0, min(F,I) - W)
   dualpipev          idle = max((N-1) max(F, F+I-W, 2F-B, 2F-2W), (N-1) I - F, (N-1)(2I-W) - F)
-  zbv                M <= N or M >= 2N-1: a maximum of four / seven linear forms (see _idle)
+  zbv                M <= N or M >= 2N-1: a maximum of four / seven linear forms
 Simulated ideal (labelled so) where no closed form is written:
   zbv                N < M < 2N-1 (the builder pads to 2N-1 microbatches and drops the extra
                      ones; the critical paths there change with M - N in ways we did not reduce
                      to a short formula), except at F = I = W: max(N-1, 4N-2-2M) (a fit of the
                      simulator, exact over the tests' grid)
-  any CSV schedule that equals no built-in (bubble_of_schedule)
+  any registered schedule without `idle`, and any CSV schedule that equals no built-in
 The simulated ideal is the simulator on CostModel.uniform(stages, 1, B, w), measured as
 bubble_per_rank does.
 """
@@ -38,8 +39,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, interleaved_round, requirements
-from harness.schedules.ir import Schedule
+from harness.schedules.ir import Schedule, replay_inflight
+from harness.schedules.registry import SCHEDULES, build, built_in, chunks_per_rank, requirements, spec
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
 
@@ -63,66 +64,6 @@ def _check_costs(bwd_over_fwd: float, weight_grad_share: float) -> None:
         raise ValueError(f"bwd_over_fwd={bwd_over_fwd}: needs to be > 0")
     if not 0 <= weight_grad_share <= 1:
         raise ValueError(f"weight_grad_share={weight_grad_share}: needs 0 <= share <= 1")
-
-
-def _idle(schedule: str, n: int, m: int, v: int, F: float, B: float, I: float, W: float) -> float | None:  # noqa: E741
-    """Makespan minus one rank's work, for per-stage costs F, B (= I + W), I, W; None where no
-    closed form is written (the caller simulates)."""
-    if n == 1:
-        return 0.0  # one rank runs everything in its own order: never waits
-    if schedule in ("gpipe", "1f1b"):
-        # fill and drain: N-1 slots of F+B, for any F, B (GPipe, Huang et al. 2019, arXiv
-        # 1811.06965 sec. 2.2; 1F1B, Narayanan et al. 2021, arXiv 2104.04473 sec. 2.2.1)
-        return (n - 1) * (F + B)
-    if schedule == "interleaved_1f1b":
-        # Megatron's (N-1)(F+B)/V per chunk-sized F+B (arXiv 2104.04473 sec. 2.2), plus, when
-        # M < N, the N-M slots a round of M waits at each of the V-1 chunk turns for its own
-        # first microbatch to come round the N ranks, forward and backward (our derivation).
-        # The one critical path has as many F's as B's, so the ratio is the same for any F, B.
-        return ((n - 1) + (v - 1) * max(0, n - m)) * (F + B)
-    if schedule == "zb_h1":
-        # Qi et al. (arXiv 2401.10241 sec. 3.1) give (N-1)(F+I-W) for M >= N; that is exact only
-        # while W <= min(F, I). In general (our longest-path enumeration), with K = min(M, N) - 1,
-        # the critical paths exceed one rank's work M(F+I+W) by aF + iI - kW for k = 0..K,
-        # a + i = 2(N-1) - K + k and a, i <= N-1: each W a path leaves out of the rank's work
-        # buys it one more F or I of the fill and drain. The largest puts N-1 on the larger of
-        # F, I and takes every k if min(F, I) > W, else none:
-        #   (N-1) max(F,I) + (N-1-K) min(F,I) + K max(0, min(F,I) - W).
-        # At F = I = W: N-1 + max(0, N-M). At F=1, I=W=1.5 (B = 3F), N=4, M=8: 4.5, not 3.
-        lo, hi, k = min(F, I), max(F, I), min(m, n) - 1
-        return (n - 1) * hi + (n - 1 - k) * lo + k * max(0.0, lo - W)
-    if schedule == "zbv":
-        # ZB-V (Qi et al., arXiv 2401.10241 sec. 6) is N-1 at F = I = W for M >= 2N-1. In
-        # general (our longest-path enumeration) the critical paths' excess over one rank's work
-        # 2M(F+I+W) is the largest of, for M >= 2N-1:
-        #   max(F, I) + (N-2) W,  (N-1) I,  2(N-1)(I - W),  (2N-3) F - (N-2) I,
-        #   (2N-3) F + I - 2(N-1) W,  (2N-2) F - (N-1) I - W,  (2N-2) F - (2N-1) W
-        # and for M <= N (k = M-1, L = 2N-2):
-        #   (L-2k) F + L I,  (L-k)(F+I),  L F + (L-3k) I - k W,  L F + (L-2k) I - 2k W
-        # (at F = I = W both give the old max(N-1, 4N-2-2M)).
-        L = 2 * n - 2
-        if m >= 2 * n - 1:
-            return max(max(F, I) + (n - 2) * W, (n - 1) * I, L * (I - W),
-                       (L - 1) * F - (n - 2) * I, (L - 1) * F + I - L * W,
-                       L * F - (n - 1) * I - W, L * F - (L + 1) * W)
-        if m <= n:
-            k = m - 1
-            return max((L - 2 * k) * F + L * I, (L - k) * (F + I),
-                       L * F + (L - 3 * k) * I - k * W, L * F + (L - 2 * k) * I - 2 * k * W)
-        if F == I == W:
-            # N < M < 2N-1 at equal F, I, W: our fit of the simulator, exact over the tests' grid
-            return max(n - 1, 4 * n - 2 - 2 * m) * F
-        return None
-    if schedule == "dualpipev":
-        # DualPipe's own (PP/2-1)(F&B + B - 3W) (arXiv 2412.19437 sec. 3.3.2, Table 2) assumes a
-        # fused, truly overlapped F&B; here an overlapped pair runs back to back. Our longest-path
-        # enumeration, for every M >= 2N: the critical paths' excess over one rank's work
-        # 2M(F+B) is the largest of (N-1) F (the last rank starts N-1 forwards late, the old
-        # N-1 at F = I = W), (N-1)(F+I-W), (N-1)(2F-B), 2(N-1)(F-W), (N-1) I - F and
-        # (N-1)(2I-W) - F.
-        return max((n - 1) * max(F, F + I - W, 2 * F - B, 2 * (F - W)),
-                   (n - 1) * I - F, (n - 1) * (2 * I - W) - F)
-    raise KeyError(f"no closed form for schedule {schedule!r}")
 
 
 def _costs(bwd_over_fwd: float, weight_grad_share: float) -> tuple[float, float, float, float]:
@@ -155,7 +96,8 @@ def bubble(schedule: str, n: int, m: int, v: int = 1, bwd_over_fwd: float = 2.0,
     _check(schedule, n, m, v)
     _check_costs(bwd_over_fwd, weight_grad_share)
     F, B, I, W = _costs(bwd_over_fwd, weight_grad_share)  # noqa: E741
-    idle = _idle(schedule, n, m, v, F, B, I, W)
+    form = spec(schedule).idle
+    idle = 0.0 if n == 1 else form(n, m, v, F, B, I, W) if form is not None else None  # one rank never waits
     if idle is None:
         return Theory(_measured_bubble(build(schedule, n, m, v), bwd_over_fwd, weight_grad_share), SIMULATED_IDEAL)
     return Theory(idle / (chunks_per_rank(schedule, v) * m * (F + B) + idle), CLOSED_FORM)
@@ -170,7 +112,7 @@ def matches_builtin(schedule: Schedule, microbatches: int) -> tuple[str, int] | 
     """(name, v) of the built-in whose builder gives exactly these per-rank lists for the same
     pp (the number of ranks) and M, else None. v is the virtual_stages to pass for it (the
     chunk count for interleaved_1f1b, 1 for the others). Where two builders coincide (M = 1:
-    GPipe and 1F1B) the first in BUILDERS is named; their theory is the same."""
+    GPipe and 1F1B) the first registered is named; their theory is the same."""
     n = max(schedule, default=-1) + 1
     if n < 1 or sorted(schedule) != list(range(n)):
         return None
@@ -178,8 +120,8 @@ def matches_builtin(schedule: Schedule, microbatches: int) -> tuple[str, int] | 
     if stages % n:
         return None
     chunks = stages // n
-    for name in BUILDERS:
-        v = chunks if name == "interleaved_1f1b" else 1
+    for name in built_in():
+        v = chunks if SCHEDULES[name].reads_virtual_stages else 1
         if chunks_per_rank(name, v) != chunks or requirements(name, n, microbatches, v) is not None:
             continue
         if build(name, n, microbatches, v) == schedule:
@@ -201,24 +143,8 @@ def bubble_of_schedule(schedule: Schedule, m: int, bwd_over_fwd: float = 2.0,
 
 def peak_inflight_microbatches(schedule: str, n: int, m: int, rank: int, v: int = 1) -> int:
     """Peak count of (stage, microbatch) pairs on `rank` whose F has run and whose B (or W,
-    for a split backward) has not: the activations it holds, in chunk-sized units."""
+    for a split backward) has not: the activations it holds, in chunk-sized units. The
+    schedule's closed form where its registry entry has one, else replayed from its actions."""
     _check(schedule, n, m, v)
-    if schedule == "gpipe":
-        return m  # every forward before any backward
-    if schedule == "1f1b":
-        return min(m, n - rank)  # N-r-1 warm-up forwards, then one more before each backward
-    if schedule == "interleaved_1f1b":
-        # torch's warm-up, (V-1) P + 2(N-1-r) forwards, then one more before each backward
-        return min(m * v, (v - 1) * interleaved_round(n, m) + 2 * (n - 1 - rank) + 1)
-    if schedule == "zb_h1":
-        # N-r-1 warm-up forwards, one more, and r forwards whose W is deferred: N
-        return min(m, n)
-    if schedule == "zbv":
-        # at rank r's first W, its warm-up has run min(M, 2N-r-1) chunk-0 and min(M, r+1)
-        # chunk-1 forwards; from then on each F is paid back by a W
-        return min(m, 2 * n - rank - 1) + min(m, rank + 1)
-    if schedule == "dualpipev":
-        # 2N warm-up forwards (each W of a zero-bubble (I, W, F) triple is paid back by its F),
-        # then the first overlapped pair's F before its B
-        return 2 * n + 1
-    raise KeyError(f"no closed form for schedule {schedule!r}")
+    form = spec(schedule).inflight
+    return form(n, m, rank, v) if form is not None else replay_inflight(build(schedule, n, m, v)[rank])

@@ -23,7 +23,7 @@ from harness.advise.search import Point, Space, evaluate, search
 from harness.config import Config, set_keys
 from harness.memory_theory import theory_per_rank
 from harness.plan import make_plan
-from harness.schedules.builders import build, requirements
+from harness.schedules.registry import build, requirements
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness.gantt import gantt_figure, plot_gantt
 from harness.record import read_trace, write_atomic, write_json_atomic, write_trace_json
-from harness.schedules.builders import build
+from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
 from harness.trace import COMM, COMPUTE, WAIT, Event

@@ -132,7 +132,7 @@ def test_the_peer_executors_constraints_come_from_torch_before_any_worker(config
 
 def test_theory_of_a_csv_schedule_is_its_built_in(config, tmp_path):
     from harness.metrics import bubble_theory
-    from harness.schedules.builders import build
+    from harness.schedules.registry import build
     from harness.schedules.csv_io import write_csv
 
     write_csv(tmp_path / "zbv.csv", build("zbv", 4, 8))

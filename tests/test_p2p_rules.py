@@ -8,14 +8,14 @@ from collections import Counter
 import pytest
 
 from harness.schedules import p2p
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
+from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.check import main as check_main
 from harness.schedules.csv_io import write_csv
 from harness.schedules.ir import Action
 from harness.schedules.validate import ScheduleError, validate
 
 # (name, v): every built-in, interleaved_1f1b with 2 and 3 chunks per rank
-VARIANTS = [(name, 1) for name in BUILDERS if name != "interleaved_1f1b"] + [("interleaved_1f1b", 2),
+VARIANTS = [(name, 1) for name in built_in() if name != "interleaved_1f1b"] + [("interleaved_1f1b", 2),
                                                                              ("interleaved_1f1b", 3)]
 NO_SPLIT = ("gpipe", "1f1b", "interleaved_1f1b")  # no I/W: DDP can sync them, so dp=2 too
 # grid points (pp 2..8 x M 1..32) where eager on NCCL deadlocks, and how many points build.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import theory
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
+from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.ir import Action, Kind
 from harness.schedules.validate import ScheduleError, validate
 
@@ -16,7 +16,7 @@ def grid(name: str, ns=range(1, 9), ms=range(1, 33), vs=(1, 2, 3)):
 
 
 @pytest.mark.grid
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("name", sorted(built_in()))
 def test_every_builder_is_valid_over_the_grid(name):
     cases = grid(name)
     assert len(cases) >= 100
@@ -25,7 +25,7 @@ def test_every_builder_is_valid_over_the_grid(name):
 
 
 @pytest.mark.grid
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("name", sorted(built_in()))
 def test_in_flight_microbatches_match_theory(name):
     """Count, on each rank, (stage, microbatch) pairs past F and not yet past B (or W) at its peak."""
     for n, m, v in grid(name, range(1, 7), range(1, 17)):

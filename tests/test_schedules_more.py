@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness import theory
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
+from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.csv_io import from_csv, read_csv, to_csv, write_csv
 from harness.schedules.export import main as export_main
 from harness.schedules.ir import Action, stage_to_rank
@@ -31,7 +31,7 @@ def acts(text: str) -> list[Action]:
 ])
 def test_requirements_name_the_key_the_value_and_what_is_allowed(name, n, m, v, message):
     assert requirements(name, n, m, v) == message
-    with pytest.raises(KeyError if name not in BUILDERS else ValueError, match="^'?" + message.split(":")[0]):
+    with pytest.raises(KeyError if name not in built_in() else ValueError, match="^'?" + message.split(":")[0]):
         build(name, n, m, v)
 
 
@@ -46,7 +46,7 @@ def test_requirements_accept(name, n, m, v):
 def test_chunks_and_placement():
     """Stage s lives on rank s (one chunk), s % N (interleaved), or the V: s < N ? s : 2N-1-s."""
     n = 4
-    for name in BUILDERS:
+    for name in built_in():
         v = 3 if name == "interleaved_1f1b" else 1
         c = chunks_per_rank(name, v)
         assert c == {"interleaved_1f1b": 3, "zbv": 2, "dualpipev": 2}.get(name, 1)
@@ -63,7 +63,7 @@ def test_interleaved_matches_megatron_when_n_divides_m():
 # -- CSV -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("name", sorted(built_in()))
 def test_csv_round_trip_is_the_identity(name):
     for n in (1, 2, 3, 5):
         for m in range(1, 13):

@@ -7,7 +7,7 @@ import pytest
 
 from harness.job import run_job
 from harness.reference import reference_losses
-from harness.schedules.builders import requirements
+from harness.schedules.registry import requirements
 
 pytestmark = pytest.mark.dist
 

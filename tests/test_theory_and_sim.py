@@ -8,7 +8,7 @@ import pytest
 
 from harness import theory
 from harness.metrics import bubble_per_rank
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
+from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import Deadlock, simulate
@@ -32,7 +32,7 @@ def test_simulated_bubble_equals_closed_form(name):
 
 
 @pytest.mark.grid
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("name", sorted(built_in()))
 def test_simulated_bubble_equals_closed_form_at_uniform_costs(name):
     """F=1, B=2, I=W=1 per stage, free communication: exact over everything the builder accepts."""
     cases = 0
@@ -57,7 +57,7 @@ def test_closed_forms_refuse_what_the_builder_refuses():
 
 def test_split_backward_and_chunks_shrink_the_bubble():
     """At N=4, M=8: 1F1B 27%, interleaved V=2 16%, ZB-H1 11%, ZB-V and DualPipeV 6%."""
-    b = {name: theory.bubble_fraction(name, 4, 8, 2 if name == "interleaved_1f1b" else 1) for name in BUILDERS}
+    b = {name: theory.bubble_fraction(name, 4, 8, 2 if name == "interleaved_1f1b" else 1) for name in built_in()}
     assert b["1f1b"] == pytest.approx(3 / 11)
     assert b["interleaved_1f1b"] == pytest.approx(9 / 57)
     assert b["zb_h1"] == pytest.approx(3 / 27)

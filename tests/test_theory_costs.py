@@ -10,7 +10,7 @@ import pytest
 
 from harness import theory
 from harness.metrics import bubble_per_rank
-from harness.schedules.builders import BUILDERS, build, requirements
+from harness.schedules.registry import built_in, build, requirements
 from harness.schedules.csv_io import from_csv, to_csv
 from harness.schedules.ir import Action, Kind
 from harness.simulate.cost import CostModel
@@ -37,7 +37,7 @@ def _cases(name: str):
 
 
 @pytest.mark.grid
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("name", sorted(built_in()))
 def test_theory_equals_the_simulator_in_the_runs_costs(name):
     """pp 2..8, M 1..32 (V 2, 3 for interleaved), B/F 1, 1.5, 2, 3, w 0.5 and 0.3: theory is the
     simulator's bubble to 1e-9. Closed form everywhere but ZB-V's N < M < 2N-1 at F, I, W not
@@ -78,7 +78,7 @@ def test_defaults_are_todays_figures():
     assert theory.bubble_fraction("zbv", 4, 8) == theory.bubble_fraction("dualpipev", 4, 8) == pytest.approx(3 / 51)
     assert theory.bubble_fraction("zbv", 4, 5) == pytest.approx(4 / 34)  # the window, at equal F, I, W
     assert theory.bubble("zbv", 4, 5).source == theory.CLOSED_FORM
-    for name in BUILDERS:
+    for name in built_in():
         v = 2 if name == "interleaved_1f1b" else 1
         assert theory.bubble_fraction(name, 4, 8, v) == theory.bubble(name, 4, 8, v, 2.0, 0.5).value
 
@@ -136,7 +136,7 @@ def test_uniform_cost_model_splits_the_backward():
 # -- schedules as data ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("name", sorted(built_in()))
 def test_csv_round_trip_matches_its_builtin(name):
     """pp=4, M=8 (no two built-ins coincide there) names the schedule itself. On a small grid
     it is named too unless another built-in builds the very same lists (M = 1, pp = 1, or
@@ -148,7 +148,7 @@ def test_csv_round_trip_matches_its_builtin(name):
             for v in ((1, 2, 3) if name == "interleaved_1f1b" else (1,)):
                 if requirements(name, n, m, v) is None:
                     s = from_csv(to_csv(build(name, n, m, v)))
-                    same = {(o, ov) for o in BUILDERS for ov in (1, 2, 3)
+                    same = {(o, ov) for o in built_in() for ov in (1, 2, 3)
                             if requirements(o, n, m, ov) is None and build(o, n, m, ov) == s}
                     got = theory.matches_builtin(s, m)
                     assert got in same, (n, m, v, got, same)

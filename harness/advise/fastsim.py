@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from harness.schedules.builders import build
+from harness.schedules.registry import build
 from harness.schedules.ir import Kind, Schedule, stage_to_rank
 
 F, B, I, W, LASTB = 0, 1, 2, 3, 4  # cost codes: kind * stages + stage; LASTB: a stage's last B (or I)

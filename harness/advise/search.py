@@ -30,16 +30,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from harness.config import MAX_ACTIONS, SPLIT_BACKWARD, Config
+from harness.config import MAX_ACTIONS, Config
 from harness.precision import Precision
-from harness.schedules.builders import BUILDERS, chunks_per_rank, requirements
+from harness.schedules.registry import SCHEDULES as REGISTERED
+from harness.schedules.registry import built_in, chunks_per_rank, requirements
 
 from . import fastsim
 from .cluster import GIB, PLACEMENTS, AdviseError, ClusterConfig
 from .memory import LayerMemory, RankPeak, peak_per_gpu
 from .profiles import LayerCosts
 
-SCHEDULES = tuple(BUILDERS)
+SCHEDULES = built_in()
 
 
 @dataclass(frozen=True, order=True)
@@ -147,8 +148,8 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
     if gpus > c.gpus:
         raise AdviseError(f"--gpus {gpus}: the cluster has {c.gpus} ({c.nodes} x {c.gpus_per_node})")
     for name in space.schedules:
-        if name not in BUILDERS:
-            raise AdviseError(f"--schedules {name}: unknown (allowed: {', '.join(BUILDERS)})")
+        if name not in built_in():
+            raise AdviseError(f"--schedules {name}: unknown (allowed: {', '.join(built_in())})")
     for pl in space.placements:
         if pl not in PLACEMENTS:
             raise AdviseError(f"--placements {pl}: unknown (allowed: {', '.join(PLACEMENTS)})")
@@ -203,7 +204,7 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                     if pp * chunks > L:
                         drop("more stages than layers", f"{what}: {pp * chunks} stages, {L} layers")
                         continue
-                    if dp > 1 and name in SPLIT_BACKWARD:
+                    if dp > 1 and REGISTERED[name].split_backward:
                         drop("split backward (I/W) with dp > 1 (DDP never sees a deferred W)", what)
                         continue
                     if pp * chunks * m * 3 > MAX_ACTIONS:

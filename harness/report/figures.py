@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness import theory  # noqa: E402
 from harness.report.runs import ok, run_ids, schedule_label  # noqa: E402
+from harness.schedules.registry import SCHEDULES  # noqa: E402
 
 
 @dataclass
@@ -55,18 +56,23 @@ def provenance(runs: list[dict]) -> str:
     return line + (f"  MIXED {'/'.join(mixed)}: not like for like" if mixed else "")
 
 
-SCHEDULE_ORDER = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev", "csv")
-
-
 def schedule_order(labels: set[str]) -> list[str]:
-    """Schedule labels (`gpipe`, `interleaved_1f1b v=2`) in the usual order, GPipe first."""
-    return sorted(labels, key=lambda s: (SCHEDULE_ORDER.index(s.split()[0]) if s.split()[0] in SCHEDULE_ORDER
-                                         else 99, s))
+    """Schedule labels (`gpipe`, `interleaved_1f1b v=2`) in the registry's order, GPipe first."""
+    order = list(SCHEDULES)
+    return sorted(labels, key=lambda s: (order.index(s.split()[0]) if s.split()[0] in order else len(order), s))
 
 
 def schedule_colors(runs: list[dict]) -> dict[str, tuple]:
-    order = schedule_order({schedule_label(r["config"]) for r in runs})
-    return {s: plt.cm.tab10(i % 10) for i, s in enumerate(order)}
+    """Each schedule's registered colour; a label seen twice (interleaved_1f1b at two V) or a
+    schedule without one gets the next colour no registered schedule uses."""
+    taken = {s.color for s in SCHEDULES.values() if s.color}
+    spare = (c for c in (matplotlib.colors.to_hex(plt.cm.tab20(i)) for i in range(20)) if c not in taken)
+    out, used = {}, set()
+    for label in schedule_order({schedule_label(r["config"]) for r in runs}):
+        own = getattr(SCHEDULES.get(label.split()[0]), "color", None)
+        out[label] = own if own and own not in used else next(spare, "0.5")
+        used.add(out[label])
+    return out
 
 
 def theory_or_none(schedule: str, n: int, m: int, v: int) -> float | None:

@@ -29,14 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (
-    Schedule1F1B,
-    ScheduleDualPipeV,
-    ScheduleGPipe,
-    ScheduleInterleaved1F1B,
-    ScheduleInterleavedZeroBubble,
-    ScheduleZBVZeroBubble,
-)
+from torch.distributed.pipelining import schedules as torch_schedules
 
 from harness import compat
 from harness.model import get_model
@@ -47,19 +40,19 @@ from harness.runtime.emulate import Emulator
 from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.tracer import Tracer
 from harness.schedules.ir import Action, Kind
+from harness.schedules.registry import spec
 from harness.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
 
-# harness schedule -> torch class. zb_h1 is torch's ZB1P with one stage per rank, which is
-# ZB-H1 (harness/schedules/builders.py builds the same order); csv goes through torch's
-# own CSV loader (compat.csv_schedule).
-TORCH_SCHEDULES: dict[str, type] = {
-    "gpipe": ScheduleGPipe,
-    "1f1b": Schedule1F1B,
-    "interleaved_1f1b": ScheduleInterleaved1F1B,
-    "zb_h1": ScheduleInterleavedZeroBubble,
-    "zbv": ScheduleZBVZeroBubble,
-    "dualpipev": ScheduleDualPipeV,
-}
+
+
+def torch_class(name: str) -> type:
+    """The torch.distributed.pipelining class of a registered schedule (ScheduleSpec.torch_class;
+    zb_h1 is torch's ZB1P with one stage per rank, which is ZB-H1); KeyError if it has none
+    (csv goes through torch's own CSV loader, compat.csv_schedule)."""
+    cls = spec(name).torch_class
+    if cls is None:
+        raise KeyError(f"schedule={name}: no torch class")
+    return getattr(torch_schedules, cls)
 _UNRESOLVED = "?"  # backward kind (B or I) of a P2P label, known once the step has run
 
 
@@ -216,7 +209,7 @@ class PeerRunner:
         if c.schedule.name == "csv":
             schedule = compat.csv_schedule(stages, c.microbatches, self._loss, c.schedule.csv_path)
         else:
-            cls = TORCH_SCHEDULES[c.schedule.name]
+            cls = torch_class(c.schedule.name)
             schedule = cls(stages[0] if compat.is_single_stage_schedule(cls) else stages, c.microbatches,
                            loss_fn=self._loss, scale_grads=True)
         placed = compat.stage_placement(stages[0])

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from torch import nn
 
 from harness import compat
-from harness.runtime.peer import TORCH_SCHEDULES
-from harness.schedules.builders import build
+from harness.runtime.peer import torch_class
+from harness.schedules.registry import build, spec
 from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule
 
@@ -31,13 +31,16 @@ def _build_all(name: str, pp: int, m: int, csv_path: str | None, schedule: Sched
         if name == "csv":
             compat.csv_schedule(held, m, lambda out, target: out, csv_path)
         else:
-            cls = TORCH_SCHEDULES[name]
+            cls = torch_class(name)
             cls(held[0] if compat.is_single_stage_schedule(cls) else held, m, loss_fn=lambda out, target: out)
 
 
 def check(c) -> str | None:
     """One line saying what torch refuses, or None."""
     name, pp, m = c.schedule.name, c.pp, c.microbatches
+    if name != "csv" and spec(name).torch_class is None:
+        return (f"schedule={name}: executor=pytorch runs torch's own schedule classes and {name} has none "
+                "(allowed: executor=native, or its exported CSV with schedule=csv)")
     try:
         ours = read_csv(c.schedule.csv_path) if name == "csv" else build(name, pp, m, c.virtual_stages)
     except Exception:  # noqa: BLE001 - the plan reports a schedule that does not build or parse
@@ -45,7 +48,7 @@ def check(c) -> str | None:
     try:
         _build_all(name, pp, m, c.schedule.csv_path, ours)
     except (ValueError, AssertionError, RuntimeError, KeyError, IndexError) as e:
-        cls = "its CSV loader" if name == "csv" else TORCH_SCHEDULES[name].__name__
+        cls = "its CSV loader" if name == "csv" else torch_class(name).__name__
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         return f"schedule={name} pp={pp} microbatches={m}: executor=pytorch ({cls}) refuses it: {why}"
     return None

@@ -1,9 +1,13 @@
-"""One small pure builder per schedule: (N ranks, M microbatches[, V chunks]) -> Schedule,
-and the registry: build, chunks_per_rank, requirements.
+"""The loop-placed built-in schedules, each a small pure builder (N ranks, M microbatches[, V
+chunks]) -> Schedule registered with what the harness knows of it (harness/schedules/registry.py):
+its requirements, closed-form bubble and in-flight count with their sources, torch's class.
 
 Placement: gpipe, 1f1b and zb_h1 put stage s on rank s; interleaved_1f1b puts stage s of
-S = N*V on rank s % N; zbv and dualpipev (v_shape.py) put stage s of S = 2N on rank s for
-s < N, else on rank 2N-1-s.
+S = N*V on rank s % N. The V-shaped ones are in v_shape.py.
+
+Each closed form `_idle_*` is the makespan minus one rank's work for per-stage costs F, B (= I + W),
+I, W on equal stages and free communication (harness/theory.py turns it into the bubble and says
+how the forms were found and checked).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.schedules.ir import Action, Kind, Schedule
-from harness.schedules.v_shape import dualpipev, zbv
+from harness.schedules.registry import ScheduleSpec, register
 
 
 def _one_f_one_b_order(fwd: list[Action], bwd: list[Action], warmup: int) -> list[Action]:
@@ -84,49 +88,78 @@ def zb_h1(n: int, m: int) -> Schedule:
     return sched
 
 
-# name -> builder(n, m, v); only interleaved_1f1b reads v
-BUILDERS: dict[str, Callable[[int, int, int], Schedule]] = {
-    "gpipe": lambda n, m, v: gpipe(n, m),
-    "1f1b": lambda n, m, v: one_f_one_b(n, m),
-    "interleaved_1f1b": interleaved_1f1b,
-    "zb_h1": lambda n, m, v: zb_h1(n, m),
-    "zbv": lambda n, m, v: zbv(n, m),
-    "dualpipev": lambda n, m, v: dualpipev(n, m),
-}
-_V_SHAPE = ("zbv", "dualpipev")
+def _idle_fill_drain(n: int, m: int, v: int, F: float, B: float, I: float, W: float) -> float:  # noqa: E741
+    # fill and drain: N-1 slots of F+B, for any F, B (GPipe, Huang et al. 2019, arXiv
+    # 1811.06965 sec. 2.2; 1F1B, Narayanan et al. 2021, arXiv 2104.04473 sec. 2.2.1)
+    return (n - 1) * (F + B)
 
 
-def chunks_per_rank(name: str, v: int = 1) -> int:
-    """Stages each rank holds: S = N * chunks_per_rank(name, v)."""
-    return v if name == "interleaved_1f1b" else 2 if name in _V_SHAPE else 1
+def _idle_interleaved(n: int, m: int, v: int, F: float, B: float, I: float, W: float) -> float:  # noqa: E741
+    # Megatron's (N-1)(F+B)/V per chunk-sized F+B (arXiv 2104.04473 sec. 2.2), plus, when
+    # M < N, the N-M slots a round of M waits at each of the V-1 chunk turns for its own
+    # first microbatch to come round the N ranks, forward and backward (our derivation).
+    # The one critical path has as many F's as B's, so the ratio is the same for any F, B.
+    return ((n - 1) + (v - 1) * max(0, n - m)) * (F + B)
 
 
-def requirements(name: str, n: int, m: int, v: int = 1) -> str | None:
-    """None when `name` builds for (n ranks, m microbatches, v virtual stages), else one line
-    naming the key, its value and what is allowed. zbv and dualpipev always place 2 chunks
-    per rank: virtual_stages may stay 1 or say 2."""
-    if name not in BUILDERS:
-        return f"schedule={name}: no builder (have: {', '.join(BUILDERS)})"
-    for key, value in (("pp", n), ("microbatches", m), ("virtual_stages", v)):
-        if value < 1:
-            return f"{key}={value}: needs at least 1"
-    if name in _V_SHAPE and v not in (1, 2):
-        return f"virtual_stages={v}: {name} places exactly 2 chunks per rank (allowed: 1 or 2, both mean 2)"
-    if name not in _V_SHAPE and name != "interleaved_1f1b" and v != 1:
-        return f"virtual_stages={v}: {name} has no chunks (allowed: 1)"
-    if name == "interleaved_1f1b" and m > n and m % (m // n):
+def _idle_zb_h1(n: int, m: int, v: int, F: float, B: float, I: float, W: float) -> float:  # noqa: E741
+    # Qi et al. (arXiv 2401.10241 sec. 3.1) give (N-1)(F+I-W) for M >= N; that is exact only
+    # while W <= min(F, I). In general (our longest-path enumeration), with K = min(M, N) - 1,
+    # the critical paths exceed one rank's work M(F+I+W) by aF + iI - kW for k = 0..K,
+    # a + i = 2(N-1) - K + k and a, i <= N-1: each W a path leaves out of the rank's work
+    # buys it one more F or I of the fill and drain. The largest puts N-1 on the larger of
+    # F, I and takes every k if min(F, I) > W, else none:
+    #   (N-1) max(F,I) + (N-1-K) min(F,I) + K max(0, min(F,I) - W).
+    # At F = I = W: N-1 + max(0, N-M). At F=1, I=W=1.5 (B = 3F), N=4, M=8: 4.5, not 3.
+    lo, hi, k = min(F, I), max(F, I), min(m, n) - 1
+    return (n - 1) * hi + (n - 1 - k) * lo + k * max(0.0, lo - W)
+
+
+def _no_chunks(name: str) -> Callable[[int, int, int], str | None]:
+    def check(n: int, m: int, v: int) -> str | None:
+        return None if v == 1 else f"virtual_stages={v}: {name} has no chunks (allowed: 1)"
+
+    return check
+
+
+def _interleaved_requirements(n: int, m: int, v: int) -> str | None:
+    if m > n and m % (m // n):
         ok = [k for k in range(n, 2 * m + n) if k % (k // n) == 0]
         below, above = max(k for k in ok if k < m), min(k for k in ok if k > m)
         return (f"microbatches={m}: interleaved_1f1b needs M < pp={n} or a multiple of its M // pp = {m // n}"
                 f" rounds (nearest allowed: {below}, {above})")
-    if name == "dualpipev" and m < 2 * n:
-        return f"microbatches={m}: dualpipev needs at least 2 * pp = {2 * n}"
     return None
 
 
-def build(name: str, n: int, m: int, v: int = 1) -> Schedule:
-    """The schedule `name` for (n, m, v); requirements()'s line as a ValueError if it does not
-    build (KeyError for an unknown name)."""
-    if (why := requirements(name, n, m, v)) is not None:
-        raise KeyError(why) if name not in BUILDERS else ValueError(why)
-    return BUILDERS[name](n, m, v)
+def _interleaved_inflight(n: int, m: int, rank: int, v: int) -> int:
+    # torch's warm-up, (V-1) P + 2(N-1-r) forwards, then one more before each backward
+    return min(m * v, (v - 1) * interleaved_round(n, m) + 2 * (n - 1 - rank) + 1)
+
+
+FILL_DRAIN = "closed form (N-1)(F+B) of idle: GPipe arXiv 1811.06965 sec. 2.2, 1F1B arXiv 2104.04473 sec. 2.2.1"
+
+register(ScheduleSpec(
+    "gpipe", "GPipe (Huang et al., arXiv 1811.06965): every forward, then every backward",
+    lambda n, m, v: gpipe(n, m), requirements=_no_chunks("gpipe"), idle=_idle_fill_drain, theory_source=FILL_DRAIN,
+    inflight=lambda n, m, rank, v: m,  # every forward before any backward
+    torch_class="ScheduleGPipe", color="#1f77b4"))
+register(ScheduleSpec(
+    "1f1b", "1F1B (PipeDream-Flush, Narayanan et al., arXiv 2006.09503): warm-up, one forward one backward, drain",
+    lambda n, m, v: one_f_one_b(n, m), requirements=_no_chunks("1f1b"), idle=_idle_fill_drain,
+    theory_source=FILL_DRAIN,
+    inflight=lambda n, m, rank, v: min(m, n - rank),  # N-r-1 warm-up forwards, then one more before each backward
+    torch_class="Schedule1F1B", color="#ff7f0e"))
+register(ScheduleSpec(
+    "interleaved_1f1b", "Interleaved 1F1B (Megatron's virtual pipeline, arXiv 2104.04473 sec. 2.2), torch's order",
+    interleaved_1f1b, chunks=lambda v: v, requirements=_interleaved_requirements, idle=_idle_interleaved,
+    theory_source="closed form: Megatron's (N-1)(F+B)/V (arXiv 2104.04473 sec. 2.2) plus (V-1) max(0, N-M) "
+                  "chunk slots at M < N (our derivation)",
+    inflight=_interleaved_inflight, torch_class="ScheduleInterleaved1F1B", color="#2ca02c"))
+register(ScheduleSpec(
+    "zb_h1", "ZB-H1 (Qi et al., arXiv 2401.10241 sec. 3.1): 1F1B with B split into I and deferred W",
+    lambda n, m, v: zb_h1(n, m), split_backward=True, requirements=_no_chunks("zb_h1"), idle=_idle_zb_h1,
+    theory_source="closed form: our longest-path enumeration, (N-1)(F+I-W) of arXiv 2401.10241 sec. 3.1 "
+                  "where W <= min(F, I)",
+    # N-r-1 warm-up forwards, one more, and r forwards whose W is deferred: N
+    inflight=lambda n, m, rank, v: min(m, n),
+    torch_class="ScheduleInterleavedZeroBubble", color="#d62728"))

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from harness.schedules import p2p
-from harness.schedules.builders import BUILDERS, build, requirements
+from harness.schedules.registry import built_in, build, requirements
 from harness.schedules.csv_io import read_csv
 from harness.schedules.validate import ScheduleError
 
@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> _Parser:
     p = _Parser(prog="python -m harness.schedules.check", description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--schedule", choices=sorted(BUILDERS), help="a built-in schedule")
+    src.add_argument("--schedule", choices=sorted(built_in()), help="a built-in schedule")
     src.add_argument("--csv", help="a compute_only schedule CSV (row r: rank r's actions)")
     p.add_argument("--pp", type=int, help="pipeline ranks N (required with --schedule; a CSV's rows by default)")
     p.add_argument("--microbatches", type=int, help="microbatches M per step (with --schedule)")

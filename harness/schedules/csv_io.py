@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from harness.schedules.ir import Action, Schedule
+from harness.schedules.registry import FROM_DATA, ScheduleSpec, register
 from harness.schedules.validate import ScheduleError
 
 _OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
@@ -78,3 +79,16 @@ def read_csv(path: str | Path) -> Schedule:
             raise ScheduleError(f"schedule CSV row {rank + 1} (rank {rank}): no actions (every rank must run at "
                                 "least one stage's forward and backward)")
     return schedule
+
+
+def _check_csv(c) -> str | None:
+    """schedule=csv: the file must exist (its contents are checked when the plan reads it)."""
+    path = getattr(c.schedule, "csv_path", None)
+    if not path or not Path(path).is_file():
+        return (f"schedule.csv_path={path}: schedule=csv needs an existing compute_only CSV file "
+                "(export one: python -m harness.schedules.export)")
+    return None
+
+
+register(ScheduleSpec("csv", "any schedule as data: torch's compute_only CSV (schedule.csv_path), validated",
+                      None, placement=FROM_DATA, check=_check_csv, color="#7f7f7f"))

@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.schedules.builders import BUILDERS, build, chunks_per_rank, requirements
+from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.csv_io import to_csv, write_csv
 from harness.schedules.validate import validate
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.schedules.export", description=__doc__.splitlines()[0])
-    p.add_argument("schedule", choices=sorted(BUILDERS))
+    p.add_argument("schedule", choices=sorted(built_in()))
     p.add_argument("--pp", type=int, required=True, help="pipeline ranks N")
     p.add_argument("--microbatches", type=int, required=True, help="microbatches M per step")
     p.add_argument("--virtual-stages", type=int, default=1, help="chunks per rank V (interleaved_1f1b)")

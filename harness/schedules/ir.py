@@ -52,6 +52,16 @@ def stage_to_rank(schedule: Schedule) -> dict[int, int]:
     return owner
 
 
+def replay_inflight(actions: list[Action]) -> int:
+    """Peak count of (stage, microbatch) pairs whose F has run and whose B (or W) has not, over
+    a rank's actions in order: the activations it holds, in chunk-sized units."""
+    held = peak = 0
+    for a in actions:
+        held += 1 if a.kind is Kind.F else -1 if a.kind in (Kind.B, Kind.W) else 0
+        peak = max(peak, held)
+    return peak
+
+
 def format_grid(schedule: Schedule, mark: dict[int, int] | None = None) -> str:
     """Per-rank grid, one row per rank, one column per step; cells in `mark` {rank: step}
     are wrapped in brackets so the failing step stands out."""

@@ -15,7 +15,7 @@ import pytest
 
 from harness.gantt import plot_gantt
 from harness.record import write_trace_json
-from harness.schedules.builders import build
+from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
 

@@ -9,7 +9,7 @@ import pytest
 
 from harness import theory
 from harness.metrics import bubble_per_rank
-from harness.schedules.builders import build
+from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
 
