@@ -13,14 +13,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from harness.config import ConfigError, register, to_config
+from harness.compose import register, to_config
+from harness.config import ConfigError
 from harness.job import run_job
 from harness.locks import Busy, DirLock
 from harness.plan import make_plan
 from harness.record import GANTT, RESULT, TRACE
 from harness.result import RecordError, read
-from harness.runtime.launch import external_rank
-from harness.sweeper import State
+from harness.runtime.launch import external_rank, shared_pool
 
 register()
 
@@ -89,7 +89,7 @@ def main(cfg: DictConfig) -> None:
         return
     try:
         with DirLock(out):
-            result = run_job(to_config(cfg), out, group, name, _cuda_devices(), State.pool if sweep else None)
+            result = run_job(to_config(cfg), out, group, name, _cuda_devices(), shared_pool() if sweep else None)
     except Busy as e:
         print(f"harness: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -3,6 +3,7 @@ console and in <sweep dir>/sweep.log) and its closing summary and exit status.""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -18,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.record import RESULT
 from harness.report.load import scan
 from harness.result import RecordError, read
-from harness.sweeper import State
+from harness.sweeper import SWEEP_RECORD
 
 
 def sweep_size(config: DictConfig) -> int | None:
@@ -37,6 +38,19 @@ def sweep_size(config: DictConfig) -> int | None:
 
 
 SWEEP_LOG = "sweep.log"  # <sweep dir>/sweep.log: one line per finished job, whichever launcher ran it
+
+
+def sweep_record(config: DictConfig, since: float = 0.0) -> dict:
+    """What harness's sweeper wrote of this sweep before its first job ({points, launched,
+    skipped}); {} without one (another sweeper), or with one older than `since` (an earlier sweep's)."""
+    path = Path(str(config.hydra.sweep.dir)) / SWEEP_RECORD
+    try:
+        if path.stat().st_mtime < since:
+            return {}
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def headline(out: Path) -> str:
@@ -72,7 +86,10 @@ class Progress(Callback):
 
     def __init__(self) -> None:
         self.total: int | None = None
+        self.launched: int | None = None  # harness's sweeper knows what it launches (skipped points left out)
         self.started = 0.0
+        self.since = 0.0  # the sweep's start, wall clock: a sweep record older than it is an earlier sweep's
+        self.config: DictConfig | None = None
         self.done = 0
         self.submitted = 0
         self.remote = False  # a copy sent with a job to another process (a launcher pickled it)
@@ -81,12 +98,14 @@ class Progress(Callback):
         return {**self.__dict__, "remote": True}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        State.reset()
         self.total, self.started, self.done, self.submitted = sweep_size(config), time.monotonic(), 0, 0
+        self.since, self.launched, self.config = time.time() - 1.0, None, config
 
     def _of(self) -> str:
-        if State.total is not None:  # harness's sweeper knows what it launches (skipped points left out)
-            self.total = State.total
+        if self.launched is None and self.config is not None:
+            self.launched = sweep_record(self.config, self.since).get("launched")
+            if isinstance(self.launched, int):
+                self.total = self.launched
         return f"/{self.total}" if self.total else ""
 
     def _timing(self) -> str:
@@ -151,8 +170,9 @@ class SweepSummary(Callback):
         for d, _why in found.unreadable:
             status.setdefault("unreadable", []).append(os.path.relpath(d, sweep_dir))
         counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(status.items()))
-        if State.skipped:
-            counts += f"{', ' if counts else ''}{len(State.skipped)} skipped (cannot run; skip_invalid=true)"
+        skipped = sweep_record(config).get("skipped") or []
+        if skipped:
+            counts += f"{', ' if counts else ''}{len(skipped)} skipped (cannot run; skip_invalid=true)"
         print(f"harness: sweep {sweep_dir}: {counts}", flush=True)
         bad = [j for k, v in status.items() if k not in ("ok", "skipped") for j in v]  # skipped: over memory_budget_gib
         if bad:

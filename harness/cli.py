@@ -25,7 +25,6 @@ _FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-d
 _FAULT_PART = re.compile(r"[a-z]+@rank\d+")
 _STEP_PART = re.compile(r"step\d+")
 _TRUE = re.compile(r"^\+{0,2}debug=(true|True|TRUE|yes|1)$")
-FULL_ERRORS = False  # this run shows whole errors (debug=true or HYDRA_FULL_ERROR=1): read by harness/sweeper.py
 
 
 def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str], str | None]:
@@ -74,78 +73,6 @@ def overrides_of(argv: list[str]) -> list[str]:
         elif not arg.startswith("-"):
             out.append(arg)
     return out
-
-
-def _key(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~").split("@")[0]
-
-
-def _written(key: str, overrides: list[str]) -> str | None:
-    """The override (as the user wrote it) that sets `key`; the last one wins, as in Hydra."""
-    found = [o for o in overrides if _key(o) == key]
-    return found[-1] if found else None
-
-
-def _lines(text: object) -> list[str]:
-    return [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-
-
-def hydra_problem(e: BaseException, overrides: list[str]) -> str:
-    """One line for anything composing or checking a config raised: `<key>=<value>: <what is
-    allowed>` where the key is known, else the error's first line."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from harness.config import ConfigError, omegaconf_problem
-
-    if isinstance(e, ConfigError):
-        return str(e)
-    if isinstance(e, MissingConfigException):
-        missing = str(getattr(e, "missing_cfg_file", "") or "")
-        group, _, choice = missing.rpartition("/")
-        options = list(getattr(e, "options", None) or [])
-        shown = _written(group, overrides) or (f"{group}={choice}" if group else missing)
-        if options:
-            return f"{shown}: unknown (allowed: {', '.join(options)})"
-        first = _lines(e)[0] if _lines(e) else "missing config"
-        return f"{shown}: {first}" if group else first
-    if isinstance(e, OverrideParseException):
-        why = _lines(e)[0] if _lines(e) else "cannot parse"
-        return (f"{e.override}: not an override Hydra can parse ({why}; quote values with spaces or "
-                "commas: key='a,b'; grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)")
-    cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-    if isinstance(e, OmegaConfBaseException):
-        cause = e
-    if cause is not None:
-        key = str(getattr(cause, "full_key", "") or "")
-        if m := re.match(r"Interpolation key '(.+?)' not found", str(cause)):
-            shown = next((o for o in overrides if "${" + m.group(1) in o), None)
-            if shown:
-                return f"{shown}: no key {m.group(1)} to interpolate (allowed: any key of the config, e.g. ${{pp}})"
-        if key.startswith("hydra.") and "not in" in str(cause):
-            return f"{_written(key, overrides) or key}: unknown Hydra key (python -m harness --cfg hydra lists them)"
-        return omegaconf_problem(cause, _written(key, overrides))
-    text = _lines(e)
-    first = text[0] if text else type(e).__name__
-    if "Unknown plugin class" in first and "harness_sweeper" in first:  # an install from before the sweeper existed
-        return (f"{first}: harness's sweeper is not installed here (run `make venv`, or pip install -e . in the "
-                "harness checkout; hydra/sweeper=basic runs without it)")
-    if isinstance(e, ConfigCompositionException):
-        if m := re.match(r"Ambiguous value for argument '(.+)'", first):
-            k, _, v = m.group(1).partition("=")
-            return (f"{m.group(1)}: several values need -m to sweep them (one list: {k}=[{v}]; one string: "
-                    f"{k}='{v}')")
-        if m := re.match(r"Could not append to config\. An item is already at '(.+)'", first):
-            shown = _written(m.group(1), overrides) or m.group(1)
-            return f"{shown}: {m.group(1)} is already set: drop the + to change it"
-        return "; ".join(text[:2])
-    if isinstance(e, OSError) and e.filename:
-        for o in overrides:
-            k, _, v = o.partition("=")
-            if k in ("hydra.run.dir", "hydra.sweep.dir") and str(e.filename).startswith(v.rstrip("/")):
-                return f"{o}: cannot create {e.filename} ({e.strerror}); choose a directory you can write"
-        return f"{e.filename}: {e.strerror or first}"
-    return f"{type(e).__name__}: {first}" if not isinstance(e, ConfigCompositionException) else first
 
 
 class _QuietJobErrors:
@@ -208,16 +135,18 @@ def main() -> None:
     # a torchrun rank other than 0 writes into a scratch directory: removed when it is done
     scratch = next((a.partition("=")[2] for a in argv if a.startswith("hydra.run.dir=/tmp/harness-torchrun-")), None)
     argv = [quote_fault(a) for a in argv]
-    global FULL_ERRORS
-    full = FULL_ERRORS = os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0") or any(_TRUE.match(a) for a in argv)
+    full = os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0") or any(_TRUE.match(a) for a in argv)
     sys.argv[1:] = argv
     from hydra.core.global_hydra import GlobalHydra
 
     from harness.app import main as hydra_main
+    from harness.compose import hydra_problem
+    from harness.sweeper import FULL_ERRORS_ENV
 
     GlobalHydra.instance().clear()  # a second main() in one process (tests) starts afresh, as Hydra expects
-    saved = os.environ.get("HYDRA_FULL_ERROR")
+    saved = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", FULL_ERRORS_ENV)}
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line, or all of it
+    os.environ[FULL_ERRORS_ENV] = "1" if full else "0"  # the sweeper's points say theirs the same way
     stderr = sys.stderr
     if not full:
         sys.stderr = _QuietJobErrors(stderr)  # type: ignore[assignment]
@@ -241,7 +170,8 @@ def main() -> None:
         GlobalHydra.instance().clear()
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-        if saved is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

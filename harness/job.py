@@ -21,9 +21,10 @@ from harness.reference import reference_losses
 from harness.result import Metrics, RecordError, Result, read
 from harness.wandb_log import log_wandb
 from harness.runtime.faults import maybe_interrupt, parse_fault
-from harness.runtime.launch import (Execution, RankPool, WorkerError, external_rank, from_reports, run_external,
+from harness.execution import Execution, from_reports
+from harness.runtime.launch import (RankPool, WorkerError, external_rank, run_external,
                                    run_processes)
-from harness.runtime.registry import get_executor
+from harness.runtime.registry import entry_point, get_executor
 
 
 def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: ExitStack | None = None,
@@ -35,7 +36,7 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
     that all reported are joined when `later` closes."""
     executor = get_executor(plan.config.executor)
     if executor.run is not None:
-        return executor.run(plan, pids)
+        return entry_point(executor.run)(plan, pids)
     if external_rank() is not None:
         reports = run_external(plan, executor.runner)
         return None if reports is None else from_reports(reports)
@@ -52,7 +53,7 @@ def measure(plan: Plan, run: Execution) -> Metrics:
     if plan.config.verify_grads:  # replica 0's: after the all-reduce every replica holds the same
         scale = Precision(plan.config.dtype).loss_scale  # fp16's: the reference's are unscaled
         grads = {k: torch.from_numpy(v) / scale for r in run.reports[:plan.config.pp] for k, v in (r.grads or {}).items()}
-        metrics.grad_check = grad_check(grads, reference_losses(plan.config)[1])
+        metrics.grad_check = grad_check(grads, reference_losses(plan.config, plan.model)[1])
     return metrics
 
 

@@ -1,5 +1,7 @@
-"""Theory of every byte a pipeline rank holds, from the plan alone: parameters, gradients,
-optimizer state, activations held for backward, and the transient peak.
+"""The one memory model: every byte a pipeline rank holds, from the plan alone: parameters,
+gradients, optimizer state, activations held for backward, and the transient peak. A run's
+record holds it beside what its ranks measured; executor=sim and the planner (harness.advise)
+price their points with it.
 
 Sources, per component (bytes per parameter in brackets):
 - parameters: the rank's layers' parameter count x bytes of `dtype` (fp32 4, bf16/fp16 2);
@@ -11,33 +13,41 @@ Sources, per component (bytes per parameter in brackets):
   the dp replicas as torch's ZeroRedundancyOptimizer does (parameters, largest first, each to
   the replica holding the fewest so far); the masters stay whole on every replica (torch's
   ZeRO-1 steps full copies of the parameters it is given);
-- activations: the schedule's peak in-flight (stage, microbatch) pairs (replayed from the
-  rank's action list: M for GPipe, N - rank for 1F1B) x the bytes one holds from its F to its
-  backward: what autograd saves, its kept input and output, counted by running one microbatch
-  through the stage (real tensors for a small stage on CPU; FakeTensorMode otherwise: shapes,
-  dtypes and storages, no memory), the way the runtime's meter counts them (each storage
-  once, parameters excluded); with checkpointing, what the checkpoint keeps (segment inputs
-  and the output);
+- activations: the bytes one (stage, microbatch) holds from its F to its backward (what
+  autograd saves, its kept input and output, counted the way the runtime's meter counts them:
+  each storage once, parameters excluded; with checkpointing, what the checkpoint keeps:
+  segment inputs and the output) x the rank's in-flight counts, replayed from its actions
+  (M for GPipe, N - rank for 1F1B);
 - peak: parameters + optimizer state + the largest sum, over the rank's actions in order, of
   activations held and gradients live (they appear at the stage's first backward), plus with
-  checkpointing one segment's recompute during a backward. Replay of the rank's own action
-  list, so GPipe's M held at once and 1F1B's N - rank both come out.
+  checkpointing one segment's recompute during a backward.
+
+A stage's activations are composed from its layers (LayerMemory): each distinct layer (its
+kind, structure and sizes, first or last) is traced once per microbatch size, running one
+microbatch through it (real tensors for a small layer on CPU, FakeTensorMode otherwise:
+shapes, dtypes and storages, no memory); a stage holds the sum of its layers' bytes less each
+inner boundary once (the tensor between two layers is one storage, which the meter counts
+once), measured on the pair. So 10k planner points do not trace 10k stages; `trace_stage`, the
+primitive, traces a whole stage too (tests/test_memory.py checks the composition against it).
+The replay is symbolic, once per rank's action list: the states it passes through, each priced
+in its bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from harness import compat
-from harness.model import get_model
+from harness.config import DTYPE_BYTES, Config
+from harness.model.built import BuiltModel
 from harness.model.checkpoint import CheckpointedStage
-from harness.precision import Precision
-from harness.schedules.ir import Kind
+from harness.schedules.ir import Action, Kind
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,7 @@ class RankBytes:
     params: int
     grads: int
     optimizer: int
-    activations: int
+    activations: int  # the largest held at once
     peak: int
 
     def as_dict(self) -> dict[str, int]:
@@ -59,102 +69,238 @@ class StageActivations:
     recompute: int  # checkpointing: the largest segment's saved bytes, live during its backward
 
 
-def stage_activations(plan, stage: int) -> StageActivations:
-    return _stage_activations(_stage(plan, stage))
+# -- tracing ----------------------------------------------------------------------------------------
+REAL_TRACE_MAX_PARAMS = 64 * 2**20  # parameters a stage may have to be traced with real tensors on CPU
 
 
-def _stage(plan, stage: int) -> "_Stage":
-    c = plan.config
-    a, b = plan.stage_layers[stage]
-    return _Stage(c.model, a, b, stage == 0, stage == len(plan.stage_layers) - 1, c.dtype, c.microbatch_size,
-                  c.microbatches, c.seed, c.checkpointing, c.checkpoint_every, plan.device)
+def trace_stage(model: BuiltModel, a: int, b: int, first: bool, last: bool, dtype: str, microbatch_size: int,
+                checkpointing: bool, every: int, device: str) -> StageActivations:
+    """What layers [a, b) hold for one microbatch's backward, as a stage: the primitive the
+    composition is built from (cached: a sweep's jobs and the planner's points share it)."""
+    return _trace_stage(_Key(model, a, b, first, last, dtype, microbatch_size, checkpointing, every, device))
 
 
 @dataclass(frozen=True)
-class _Stage:
-    """What a stage's bytes depend on: a sweep's jobs that share it build and trace it once."""
-    model: Any = field(compare=False)  # ModelConfig (unhashable); `model_key` stands for it
+class _Key:
+    model: BuiltModel  # compared by its config: `model_key`
     a: int
     b: int
     first: bool
     last: bool
     dtype: str
     microbatch_size: int
-    microbatches: int
-    seed: int
     checkpointing: bool
-    checkpoint_every: int
+    every: int
     device: str
-    model_key: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model_key", repr(self.model))
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self._tuple() == other._tuple()
+
+    def _tuple(self) -> tuple:
+        return (repr(self.model.config),) + tuple(getattr(self, f) for f in
+                                                  ("a", "b", "first", "last", "dtype", "microbatch_size",
+                                                   "checkpointing", "every", "device"))
 
 
-@functools.lru_cache(maxsize=1024)
-def _stage_activations(st: _Stage) -> StageActivations:
-    model = get_model(st.model)
-    kept = _trace(model, st.a, st.b, st.first, st.last, st, st.checkpointing, st.device)
+@functools.lru_cache(maxsize=4096)
+def _trace_stage(k: _Key) -> StageActivations:
+    kept = _trace(k.model, k.a, k.b, k.first, k.last, k, k.checkpointing)
     recompute = 0
-    if st.checkpointing:  # the largest segment's saved bytes, materialised while its backward runs
-        size = st.checkpoint_every or (st.b - st.a)
-        recompute = max(_trace(model, lo, min(st.b, lo + size), st.first and lo == st.a, False, st, False, st.device)
-                        for lo in range(st.a, st.b, size))
+    if k.checkpointing:  # the largest segment's saved bytes, materialised while its backward runs
+        size = k.every or (k.b - k.a)
+        recompute = max(_trace(k.model, lo, min(k.b, lo + size), k.first and lo == k.a, False, k, False)
+                        for lo in range(k.a, k.b, size))
     return StageActivations(kept, recompute)
 
 
-REAL_TRACE_MAX_PARAMS = 64 * 2**20  # parameters a stage may have to be traced with real tensors on CPU
-
-
-def _trace(model, a: int, b: int, first: bool, last: bool, c, checkpointing: bool, device: str) -> int:
+def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, checkpointing: bool) -> int:
     """Bytes one microbatch through layers [a, b) holds for its backward, counted as the
     runtime's meter counts them. Traced with real tensors where the run is on CPU and the stage
     is small (kernels then save exactly what the run's save: CPU attention saves other tensors
     than the math a fake trace picks), else under FakeTensorMode (no memory at any size)."""
-    precision, B = Precision(c.dtype), c.microbatch_size
-    with torch.device("meta"):
-        numel = sum(p.numel() for p in model.build_layers(a, b, 0).parameters())
-    fake = device != "cpu" or numel > REAL_TRACE_MAX_PARAMS
+    model, B = built.model, k.microbatch_size
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[k.dtype]
+    numel = sum(built.layer_params[a:b]) if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1
+    fake = k.device != "cpu" or numel > REAL_TRACE_MAX_PARAMS
     default = torch.get_default_dtype()
     with compat.fake_tensors() if fake else contextlib.nullcontext():
-        torch.set_default_dtype(precision.dtype)  # built in the dtype: .to() cannot convert fake parameters
+        torch.set_default_dtype(dtype)  # built in the dtype: .to() cannot convert fake parameters
         try:
-            layers = model.build_layers(a, b, c.seed)
+            layers = model.build_layers(a, b, 0)
         finally:
             torch.set_default_dtype(default)
         params = {compat.storage_id(p) for p in layers.parameters()}
         held: dict[int, int] = {}
 
-        def count(_key, t: torch.Tensor) -> None:
+        def count(_key: Any, t: torch.Tensor) -> None:
             if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params:
                 held[compat.storage_id(t)] = t.untyped_storage().nbytes()
 
         shape, in_dtype = model.input_shape(a, B)
         x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
-             else torch.zeros(shape, dtype=precision.dtype, requires_grad=not first))
-        stage = CheckpointedStage(layers, c.checkpoint_every, count, lambda key, fn: fn) if checkpointing else layers
-        _, targets = model.batch(c.seed, 0, B)
+             else torch.zeros(shape, dtype=dtype, requires_grad=not first))
+        stage = CheckpointedStage(layers, k.every, count, lambda key, fn: fn) if checkpointing else layers
+        _, targets = model.batch(0, 0, B)
         with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(None, t), t)[1], lambda t: t):
             y = stage(x, key=None) if checkpointing else stage(x)
-            if last:
-                y = model.loss(y.float(), targets) / c.microbatches
+            if last:  # the runtime keeps loss / M, a scalar of its own (the loss is a view of its reduction's buffer)
+                y = model.loss(y.float(), targets) / 1.0
         if not first:
             count(None, x)
         count(None, y)
     return sum(held.values())
 
 
-def _param_counts(plan) -> dict[int, list[int]]:
-    """Stage -> the numel of each of its parameter tensors (built on the meta device)."""
-    return {s: list(_numels(_stage(plan, s))) for s in range(len(plan.stage_layers))}
+# -- a stage's bytes, composed per layer ------------------------------------------------------------
+class LayerMemory:
+    """The model's per-layer bytes in one dtype on one device: parameter tensors (BuiltModel's,
+    on the meta device) and, per microbatch size, what each layer holds for its backward
+    (traced once per distinct layer) and what neighbours share."""
+
+    def __init__(self, model: BuiltModel, dtype: str, device: str):
+        if model.numels is None:
+            raise ValueError("the model's layers cannot be built on the meta device: no per-layer memory")
+        self.model, self.dtype, self.device = model, dtype, device
+        self.L = model.num_layers
+        self.itemsize = DTYPE_BYTES[dtype]
+        self.numels = model.numels
+        self.params = model.layer_params
+        self._singletons = [(i, i + 1) for i in range(self.L)]
+        self._layers: dict[tuple, tuple[int, int, int]] = {}  # (signature, B) -> traced bytes
+        self._pairs: dict[tuple, int] = {}  # (signature of i - 1, of i, B) -> shared bytes
+
+    def signature(self, i: int) -> tuple:
+        """What a layer's bytes depend on: its kind, structure and sizes, and whether it is the
+        first (no input gradient) or the last (the loss)."""
+        return (self.model.kinds[i], self.model.structures[i], self.numels[i], i == 0, i == self.L - 1)
+
+    def act_bytes(self, b: int) -> int:
+        """One message between stages: the activation, in dtype."""
+        return self.itemsize * self.model.activation_numel(b)
+
+    def in_bytes(self, i: int, b: int) -> int:
+        shape, dtype = self.model.model.input_shape(i, b)
+        item = self.itemsize if dtype.is_floating_point else torch.empty((), dtype=dtype).element_size()
+        return item * math.prod(shape)
+
+    def _trace(self, a: int, e: int, b: int, checkpointing: bool) -> StageActivations:
+        return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, 0, self.device)
+
+    def layer(self, i: int, b: int) -> tuple[int, int, int]:
+        """(held without checkpointing, held checkpointed alone, its recompute) of layer i at b."""
+        key = (self.signature(i), b)
+        if key not in self._layers:
+            plain, ck = self._trace(i, i + 1, b, False), self._trace(i, i + 1, b, True)
+            self._layers[key] = (plain.kept, ck.kept, ck.recompute)
+        return self._layers[key]
+
+    def shared(self, i: int, b: int) -> int:
+        """Bytes counted by both layer i - 1 and layer i alone, once in a stage holding both
+        (the tensor between them, and whatever else they share): T(i-1) + T(i) - T(i-1, i)."""
+        key = (self.signature(i - 1), self.signature(i), b)
+        if key not in self._pairs:
+            both = self._trace(i - 1, i + 1, b, False).kept
+            self._pairs[key] = self.layer(i - 1, b)[0] + self.layer(i, b)[0] - both
+        return self._pairs[key]
+
+    def warm(self, b: int) -> None:
+        """Every trace a stage at microbatch size b can need (so forked searchers inherit them)."""
+        for i in range(self.L):
+            self.layer(i, b)
+            if i:
+                self.shared(i, b)
+
+    def _held(self, a: int, e: int, b: int, col: int) -> int:
+        return sum(self.layer(i, b)[col] for i in range(a, e)) - sum(self.shared(i, b) for i in range(a + 1, e))
+
+    def stage(self, a: int, e: int, b: int, checkpointing: bool, every: int = 0) -> StageActivations:
+        """What one microbatch through layers [a, e) holds from its F to its backward, and its
+        recompute with checkpointing (segments of `every` layers; 0: the whole stage)."""
+        if not checkpointing:
+            return StageActivations(self._held(a, e, b, 0), 0)
+        size = every or (e - a)
+        starts = range(a, e, size)
+        kept = sum(self.in_bytes(lo, b) for lo in starts)
+        if e == self.L:  # the loss's held bytes and the loss itself, measured on the head alone
+            kept += self.layer(self.L - 1, b)[1] - self.in_bytes(self.L - 1, b)
+        else:
+            kept += self.act_bytes(b)
+        recompute = max(self._held(lo, min(e, lo + size), b, 2) for lo in starts)
+        return StageActivations(kept, recompute)
 
 
-@functools.lru_cache(maxsize=1024)
-def _numels(st: _Stage) -> tuple[int, ...]:
-    with torch.device("meta"):
-        return tuple(p.numel() for p in get_model(st.model).build_layers(st.a, st.b, 0).parameters())
+@functools.lru_cache(maxsize=64)
+def layer_memory(model: BuiltModel, dtype: str, device: str) -> LayerMemory:
+    """One LayerMemory per built model, dtype and tracing device (its traces are kept)."""
+    return LayerMemory(model, dtype, device)
 
 
+# -- the replay -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Replay:
+    """A rank's actions replayed in counts: its stages, the held-count vectors it passes
+    through, and the live states (held counts, live-gradient mask, recompute stage or -1),
+    each pruned to the states no other dominates (bytes per stage are never negative, so a
+    dominated state is never the peak)."""
+    stages: tuple[int, ...]
+    helds: tuple[tuple[int, ...], ...]
+    lives: tuple[tuple[tuple[int, ...], int, int], ...]
+
+
+def replay(actions: list[Action]) -> Replay:
+    """A (stage, microbatch) is held from its F to its B, or to its W for a split backward
+    (what the deferred weight gradient keeps); a stage's gradients are live from its first
+    backward on; a checkpointed segment's recompute is live during a backward."""
+    stages = tuple(sorted({a.stage for a in actions}))
+    pos = {s: j for j, s in enumerate(stages)}
+    held = [0] * len(stages)
+    mask = 0
+    helds: set[tuple[int, ...]] = set()
+    lives: set[tuple[tuple[int, ...], int, int]] = set()
+    for a in actions:
+        j = pos[a.stage]
+        if a.kind is Kind.F:
+            held[j] += 1
+        else:
+            if a.kind in (Kind.B, Kind.I):
+                lives.add((tuple(held), mask, j))
+                mask |= 1 << j
+            if a.kind in (Kind.B, Kind.W):
+                held[j] -= 1
+        h = tuple(held)
+        helds.add(h)
+        lives.add((h, mask, -1))
+    return Replay(stages, tuple(_maximal(helds)), tuple(_prune_live(lives)))
+
+
+def _maximal(vectors) -> list[tuple[int, ...]]:
+    """The vectors no other one dominates (component-wise <=)."""
+    out: list[tuple[int, ...]] = []
+    for x in sorted(set(vectors), key=sum, reverse=True):
+        if not any(all(a <= b for a, b in zip(x, y)) for y in out):
+            out.append(x)
+    return out
+
+
+def _prune_live(states: set) -> list:
+    """Per (live-gradient mask, recompute stage): the maximal held vectors; then a state is also
+    dominated by one with a superset mask and the same recompute (or none needed)."""
+    groups: dict[tuple[int, int], list] = {}
+    for h, mask, rc in states:
+        groups.setdefault((mask, rc), []).append(h)
+    out = [(h, mask, rc) for (mask, rc), hs in groups.items() for h in _maximal(hs)]
+    kept = []
+    for x in sorted(out, key=lambda t: (sum(t[0]), bin(t[1]).count("1"), t[2] >= 0), reverse=True):
+        if not any(all(a <= b for a, b in zip(x[0], y[0])) and (x[1] & ~y[1]) == 0 and (x[2] < 0 or x[2] == y[2])
+                   for y in kept):
+            kept.append(x)
+    return kept
+
+
+# -- the optimizer ----------------------------------------------------------------------------------
 def zero_shares(numels: list[int], dp: int) -> list[list[int]]:
     """torch's ZeroRedundancyOptimizer partition: largest first, each to the least loaded."""
     shares: list[list[int]] = [[] for _ in range(dp)]
@@ -166,57 +312,70 @@ def zero_shares(numels: list[int], dp: int) -> list[list[int]]:
     return shares
 
 
-def _optimizer_bytes(numels: list[int], all_numels: list[int], c, precision: Precision) -> int:
-    """State of the parameters `numels` (this replica's ZeRO shard, or all), masters of all."""
-    state = 4  # the optimizer steps fp32 (the masters in low precision, the parameters in fp32)
-    o = c.optimizer
-    if o.name == "adamw":
-        per = 2 * state * sum(numels) + 4 * len(numels)  # two moments and a step counter per tensor
+def optimizer_bytes(shard: list[int], tensors: list[int], c: Config) -> int:
+    """State of the parameter tensors `shard` (this replica's ZeRO shard, or all of `tensors`),
+    and the fp32 masters of all of them in low precision. The optimizer steps fp32: AdamW keeps
+    two moments and a step counter per tensor, SGD a momentum buffer when momentum > 0."""
+    if c.optimizer.name == "adamw":
+        per = 8 * sum(shard) + 4 * len(shard)
     else:
-        per = state * sum(numels) if o.momentum > 0 else 0
-    return per + (4 * sum(all_numels) if precision.master_weights else 0)
+        per = 4 * sum(shard) if getattr(c.optimizer, "momentum", 0.0) > 0 else 0
+    return per + (4 * sum(tensors) if c.dtype != "fp32" else 0)
+
+
+# -- a rank's bytes ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """What a rank's bytes depend on beyond the model: the plan's stages and its ranks' replays."""
+    stage_layers: tuple[tuple[int, int], ...]  # [stage] (first layer, end layer)
+    replays: tuple[Replay, ...]  # [pipeline rank] its actions replayed (a plan's `replays`)
+
+
+def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
+               acts: list[StageActivations]) -> list[RankBytes]:
+    """[replica] the bytes of pipeline rank `prank` (replicas differ only in their ZeRO shard)."""
+    r = layout.replays[prank]
+    tensors = [n for s in r.stages for i in range(*layout.stage_layers[s]) for n in mem.numels[i]]
+    params = mem.itemsize * sum(tensors)
+    grads = [mem.itemsize * sum(mem.params[a:e]) for a, e in layout.stage_layers]
+    kept = [acts[s].kept for s in r.stages]
+    held = max(sum(n * k for n, k in zip(h, kept)) for h in r.helds)
+    live = 0
+    for h, mask, rc in r.lives:
+        x = sum(n * k for n, k in zip(h, kept)) + sum(grads[s] for j, s in enumerate(r.stages) if mask >> j & 1)
+        if rc >= 0:
+            x += acts[r.stages[rc]].recompute
+        live = max(live, x)
+    if not c.zero:
+        opt = optimizer_bytes(tensors, tensors, c)
+        return [RankBytes(params, params, opt, held, params + opt + live)] * c.dp
+    return [RankBytes(params, params, opt, held, params + opt + live)
+            for opt in (optimizer_bytes(sh, tensors, c) for sh in zero_shares(tensors, c.dp))]
+
+
+def stage_activations(mem: LayerMemory, c: Config, stage_layers: tuple[tuple[int, int], ...]) -> list[StageActivations]:
+    """[stage] what one of its microbatches holds, at the config's microbatch size."""
+    return [mem.stage(a, e, c.microbatch_size, c.checkpointing, c.checkpoint_every) for a, e in stage_layers]
 
 
 def theory_per_rank(plan) -> list[RankBytes]:
-    """One RankBytes per global rank (replica * pp + pipeline rank)."""
+    """One RankBytes per global rank (replica * pp + pipeline rank) of a Plan."""
     c = plan.config
-    precision = Precision(c.dtype)
-    numels = _param_counts(plan)
-    out = []
-    for g in range(plan.world):
-        prank, replica = g % c.pp, g // c.pp
-        mine = [s for s, r in plan.stage_rank.items() if r == prank]
-        tensors = [n for s in mine for n in numels[s]]
-        params = precision.bytes * sum(tensors)
-        # ZeRO partitions each stage's DDP module's parameters across its replicas, the stages
-        # of a rank together in one optimizer
-        shard = zero_shares(tensors, c.dp)[replica] if c.zero else tensors
-        optimizer = _optimizer_bytes(shard, tensors, c, precision)
-        acts = {s: stage_activations(plan, s) for s in mine}
-        held_peak, live_peak = _replay(plan.schedule[prank], acts, {s: precision.bytes * sum(numels[s]) for s in mine})
-        out.append(RankBytes(params, params, optimizer, held_peak, params + optimizer + live_peak))
-    return out
+    mem = plan.memory()
+    layout = Layout(plan.stage_layers, plan.replays)
+    acts = stage_activations(mem, c, plan.stage_layers)
+    per_rank = [rank_bytes(mem, c, layout, p, acts) for p in range(c.pp)]
+    return [per_rank[g % c.pp][g // c.pp] for g in range(c.pp * c.dp)]
 
 
-def _replay(actions, acts: dict[int, StageActivations], grads: dict[int, int]) -> tuple[int, int]:
-    """(largest activations held, largest activations + gradients + recompute live) over the
-    rank's actions in order. A (stage, microbatch) is held from its F to its B, or to its W
-    for a split backward (what the deferred weight gradient keeps); a stage's gradients are
-    live from its first backward on."""
-    held = live_grads = held_peak = live_peak = 0
-    grad_on: set[int] = set()
-    for a in actions:
-        s = a.stage
-        if a.kind is Kind.F:
-            held += acts[s].kept
-        else:
-            if a.kind in (Kind.B, Kind.I):
-                live_peak = max(live_peak, held + live_grads + acts[s].recompute)
-                if s not in grad_on:
-                    grad_on.add(s)
-                    live_grads += grads[s]
-            if a.kind in (Kind.B, Kind.W):
-                held -= acts[s].kept
-        held_peak = max(held_peak, held)
-        live_peak = max(live_peak, held + live_grads)
-    return held_peak, live_peak
+def fullest(mem: LayerMemory, c: Config, layout: Layout) -> tuple[RankBytes, int]:
+    """The fullest GPU of a plan and its pipeline rank: theory_per_rank's largest peak, without
+    listing every replica (the planner's question)."""
+    acts = stage_activations(mem, c, layout.stage_layers)
+    best, where = None, 0
+    for p in range(c.pp):
+        top = max(rank_bytes(mem, c, layout, p, acts), key=lambda x: x.peak)
+        if best is None or top.peak > best.peak:
+            best, where = top, p
+    assert best is not None
+    return best, where

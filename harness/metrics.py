@@ -9,24 +9,19 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 
 from harness import theory
-from harness.model import get_model
-from harness.plan import Plan, layer_params
-from harness.precision import Precision
-from harness.memory_theory import theory_per_rank
+from harness.execution import Execution
+from harness.memory_theory import RankBytes, theory_per_rank
+from harness.plan import Plan
 from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
-from harness.runtime.registry import get_executor
 from harness.schedules.ir import Kind
+from harness.simulate import engine
 from harness.simulate.cost import CostModel
-from harness.simulate.engine import simulate
-from harness.trace import COMM, Event, Trace, events_of_step, step_numbers
-
-if TYPE_CHECKING:
-    from harness.runtime.launch import Execution
+from harness.simulate.pricing import dp_sync_theory_s
+from harness.trace import Trace, events_of_step, step_numbers
 
 
 def window(trace: Trace) -> tuple[float, float]:
@@ -84,24 +79,35 @@ def hop_latency(trace: Trace) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def measured_cost_model(plan: Plan, costs: dict[str, list[float]]) -> CostModel:
-    """The run's own measured mean op costs per stage and kind, with the configured P2P cost."""
+def measured_cost_model(plan: Plan, costs: dict[str, list[float]], trace: Trace) -> CostModel:
+    """The run's own measured mean op costs per stage and kind and, with dp > 1, each stage's
+    mean measured gradient sync; its messages priced as the plan prices them."""
     stages = len(plan.stage_layers)
-    return replace(plan.sim_cost(), fwd_s=tuple(costs.get("F", [0.0] * stages)),
-                   bwd_s=tuple(costs.get("B", [0.0] * stages)),
-                   input_grad_s=tuple(costs["I"]) if "I" in costs else None,
-                   weight_grad_s=tuple(costs["W"]) if "W" in costs else None)
+    modeled = plan.sim_cost()
+    sync: tuple[float, ...] = ()
+    if plan.config.dp > 1:
+        acc: dict[int, list[float]] = defaultdict(list)
+        for e in trace:
+            if e.kind == "dp_sync":
+                acc[e.stage].append(e.dur)
+        sync = tuple(statistics.fmean(acc[s]) if acc[s] else 0.0 for s in range(stages))
+    return CostModel(fwd_s=tuple(costs.get("F", [0.0] * stages)), bwd_s=tuple(costs.get("B", [0.0] * stages)),
+                     input_grad_s=tuple(costs["I"]) if "I" in costs else None,
+                     weight_grad_s=tuple(costs["W"]) if "W" in costs else None,
+                     p2p_latency_s=modeled.p2p_latency_s, p2p_bandwidth_Bps=modeled.p2p_bandwidth_Bps,
+                     message_bytes=modeled.message_bytes, fwd_hop_s=modeled.fwd_hop_s, bwd_hop_s=modeled.bwd_hop_s,
+                     sync_s=sync)
 
 
-def simulated_bubble(plan: Plan, model: CostModel) -> float:
-    """The bubble of this plan's schedule, simulated on `model`, measured as the runs are."""
-    return statistics.fmean(bubble_per_rank(simulate(plan.schedule, model), plan.config.pp))
+def simulated_bubble(plan: Plan, cost: CostModel) -> float:
+    """The bubble of this plan's schedule, simulated on `cost`, measured as the runs are."""
+    return engine.bubble(plan.compiled, cost, plan.timing(cost))
 
 
 def theory_costs(plan: Plan, costs: dict[str, list[float]]) -> tuple[float, float]:
     """(B / F, W / B) for the theory: the modeled costs where the run held actions to them
     (compute=emulated, or a simulated executor), else the measured ones, averaged over stages."""
-    if plan.config.compute == "emulated" or get_executor(plan.config.executor).simulated:
+    if plan.config.compute == "emulated" or plan.simulated:
         m = plan.emulated_cost
         f, b, w = sum(m.fwd_s), sum(m.bwd_s), sum(m.weight_grad_s or (x / 2 for x in m.bwd_s))
     else:
@@ -122,8 +128,9 @@ def bubble_theory(plan: Plan, costs: dict[str, list[float]]) -> tuple[theory.The
     used = {"bwd_over_fwd": bwd_over_fwd, "weight_grad_share": share}
     try:
         if c.schedule.name == "csv":
-            return theory.bubble_of_schedule(plan.schedule, c.microbatches, bwd_over_fwd, share), used
-        return theory.bubble(c.schedule.name, c.pp, c.microbatches, c.virtual_stages, bwd_over_fwd, share), used
+            return theory.bubble_of_schedule(plan.schedule, c.microbatches, bwd_over_fwd, share, plan.compiled), used
+        return theory.bubble(c.schedule.name, c.pp, c.microbatches, c.virtual_stages, bwd_over_fwd, share,
+                             plan.compiled), used
     except (KeyError, ValueError):
         return None, used
 
@@ -177,49 +184,25 @@ def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
     return statistics.median(per_step)
 
 
-def ring_allreduce_s(plan: Plan) -> float:
-    """Ring all-reduce of the largest pipeline rank's gradients over dp replicas:
-    2 (dp - 1) steps of latency, and 2 (dp - 1) / dp of the bytes over the link
-    (Patarasuk & Yuan 2009), with comm.latency_s and comm.bandwidth_Bps."""
-    c = plan.config
-    params = layer_params(get_model(c.model))
-    per_rank = defaultdict(int)
-    for s, (a, b) in enumerate(plan.stage_layers):
-        per_rank[plan.stage_rank[s]] += sum(params[a:b])
-    nbytes = Precision(c.dtype).bytes * max(per_rank.values())  # gradients in the run's dtype
-    return 2 * (c.dp - 1) * c.comm.latency_s + 2 * (c.dp - 1) / c.dp * nbytes / c.comm.bandwidth_Bps
+def theory_bytes(plan: Plan) -> list[RankBytes]:
+    """harness/memory_theory.py's bytes of every global rank (once per plan)."""
+    return plan._derive("theory_bytes", lambda: theory_per_rank(plan))
 
 
-def modeled_step(plan: Plan) -> Trace:
-    """One step as the cost model predicts it: the simulator on the modeled op costs and the
-    configured comm.* model, each stage's last backward followed by its ring all-reduce with
-    dp > 1 (what executor=sim runs, and the reference a measured step is held against)."""
-    one = simulate(plan.schedule, plan.sim_cost())
-    if plan.config.dp > 1:
-        sync = ring_allreduce_s(plan)
-        last = {}  # (rank, stage) -> its last backward event
-        for e in one:
-            if e.kind in "BI":
-                last[(e.rank, e.stage)] = e
-        for (rank, stage), e in last.items():  # the sync after the stage's last backward, no overlap
-            one.append(Event(rank, 0, f"dp_sync {stage}", COMM, "dp_sync", stage, -1, e.end, e.end + sync))
-    return one
-
-
-def memory_per_rank(plan: Plan, run: "Execution") -> dict:
+def memory_per_rank(plan: Plan, run: Execution) -> dict:
     """Every byte of every global rank, measured (what its runner accounted) beside theory,
     and whether each fits memory_budget_gib."""
-    theory_bytes = [r.as_dict() for r in theory_per_rank(plan)]
+    theory_bytes_ = [r.as_dict() for r in theory_bytes(plan)]
     measured = [r.memory_breakdown for r in run.reports] if run.reports else None
     cuda = [r.cuda_memory for r in run.reports] if run.reports and all(r.cuda_memory for r in run.reports) else None
     budget = None
     if plan.config.memory_budget_gib is not None:
         limit = int(plan.config.memory_budget_gib * 2**30)
         use_measured = measured is not None and all(m and m.get("peak") is not None for m in measured)
-        peaks = [m["peak"] for m in measured] if use_measured else [t["peak"] for t in theory_bytes]
+        peaks = [m["peak"] for m in measured] if use_measured else [t["peak"] for t in theory_bytes_]
         budget = Budget(limit, "measured" if use_measured else "theory", [p <= limit for p in peaks],
                         [limit - p for p in peaks])
-    return {"measured_per_rank": measured, "theory_per_rank": theory_bytes, "cuda_per_rank": cuda, "budget": budget}
+    return {"measured_per_rank": measured, "theory_per_rank": theory_bytes_, "cuda_per_rank": cuda, "budget": budget}
 
 
 def over_budget(plan: Plan) -> str | None:
@@ -227,7 +210,7 @@ def over_budget(plan: Plan) -> str | None:
     if plan.config.memory_budget_gib is None:
         return None
     limit = plan.config.memory_budget_gib * 2**30
-    ranks = theory_per_rank(plan)
+    ranks = theory_bytes(plan)
     worst = max(range(len(ranks)), key=lambda g: ranks[g].peak)
     r = ranks[worst]
     if r.peak <= limit:
@@ -238,25 +221,23 @@ def over_budget(plan: Plan) -> str | None:
             f"{gib(r.activations)} at peak)")
 
 
-def _inflight(plan: Plan, rank: int) -> int | None:
-    """The schedule's peak in-flight (stage, microbatch) count on a rank; None without a closed form."""
-    c = plan.config
-    try:
-        return theory.peak_inflight_microbatches(c.schedule.name, c.pp, c.microbatches, rank, c.virtual_stages)
-    except (KeyError, ValueError):
-        return None
+def _inflight(plan: Plan, rank: int) -> int:
+    """The schedule's peak in-flight (stage, microbatch) count on a rank, replayed from its
+    actions (each built-in's closed form equals it: tests/test_schedules.py)."""
+    return max(sum(h) for h in plan.replays[rank].helds)
 
 
-def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
+def compute_metrics(plan: Plan, run: Execution) -> Metrics:
     c = plan.config
     trace = run.trace
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
-    per_step = [bubble_per_rank(events_of_step(trace, s), run.ranks, c.pp) for s in measured_steps]
+    repeats = run.step_repeats  # executor=sim: one measured step stands for every identical one
+    per_step = [bubble_per_rank(events_of_step(trace, s), run.ranks, c.pp) for s in measured_steps] * repeats
     per_global = [statistics.fmean(b[r] for b in per_step) for r in range(run.ranks)]
     # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
     per_rank = [statistics.fmean(per_global[p::c.pp]) for p in range(c.pp)]
     step_bubbles = [statistics.fmean(b) for b in per_step]
-    times = [step_time(events_of_step(trace, s)) for s in measured_steps]
+    times = [step_time(events_of_step(trace, s)) for s in measured_steps] * repeats
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
     costs = mean_costs(measured_trace, len(plan.stage_layers))
@@ -268,21 +249,26 @@ def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
     cuda = [r.cuda_max_memory_allocated for r in replica0]
     samples = c.microbatches * c.microbatch_size * c.dp
     measured = statistics.fmean(per_rank)
-    hop = hop_latency(measured_trace)
-    own = measured_cost_model(plan, costs)
-    no_comm = simulated_bubble(plan, replace(own, p2p_latency_s=0.0, p2p_bandwidth_Bps=float("inf")))
-    # with the measured hop, or, with none measured, the configured comm.* model
-    simulated = simulated_bubble(plan, own if hop is None else replace(own, p2p_latency_s=hop,
-                                                                       p2p_bandwidth_Bps=float("inf")))
+    if plan.simulated:  # the simulation is the measurement: its own cost model, no hop measured
+        hop, own = None, plan.sim_cost()
+        with_comm = own
+    else:
+        hop, own = hop_latency(measured_trace), measured_cost_model(plan, costs, measured_trace)
+        # with the measured hop, or, with none measured, the hops as the plan prices them
+        with_comm = own if hop is None else replace(own, p2p_latency_s=hop, p2p_bandwidth_Bps=float("inf"),
+                                                    fwd_hop_s=None, bwd_hop_s=None)
+    no_comm = simulated_bubble(plan, own.without_comm())
+    simulated = simulated_bubble(plan, with_comm)
     ideal, ideal_costs = bubble_theory(plan, costs)
+    seq = getattr(c.model, "seq", None)
     return Metrics(
         step_time_s=st,
         step_times_s=times,
         step_time_iqr_s=quartiles(times),
-        model_step_s=step_time(modeled_step(plan)),
+        model_step_s=plan.modeled_step_s(),
         throughput_samples_s=samples / st,
-        # gpt: tokens per second too (samples x seq), the figure LM people compare
-        throughput_tokens_s=samples * c.model.seq / st if c.model.name in ("gpt", "hf") else None,
+        # token models: tokens per second too (samples x seq), the figure LM people compare
+        throughput_tokens_s=samples * seq / st if seq else None,
         losses=run.losses,
         bubble=Bubble(
             theory=None if ideal is None else ideal.value,
@@ -298,7 +284,7 @@ def compute_metrics(plan: Plan, run: "Execution") -> Metrics:
         ),
         dp_sync_s=sync,
         dp_sync_share=None if sync is None else sync / st,
-        dp_sync_theory_s=ring_allreduce_s(plan) if c.dp > 1 else None,
+        dp_sync_theory_s=dp_sync_theory_s(plan.sim_cost(), plan.compiled.owner, c.pp),
         memory=Memory(
             peak_activation_bytes_per_rank=[r.peak_activation_bytes for r in replica0] if metered else None,
             # in (stage, microbatch) units: for chunked schedules one chunk's activations

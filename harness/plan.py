@@ -1,29 +1,52 @@
-"""Plan = validated config -> partition + schedule + modeled costs. Picklable: workers
-receive it whole and build their stage from it."""
+"""Plan = validated config -> the built model, partition + schedule + modeled costs + device,
+backend and transport. Picklable: workers receive it whole and build their stage from it.
+
+The plan carries what everything after it needs, computed once: the model (built once in
+this process; a worker builds it again, once), the compiled schedule and each rank's replay,
+the priced cost model and its simulation (memoized per cost model: a job simulates each
+distinct cost model once), and the model's per-layer memory.
+"""
 
 from __future__ import annotations
 
-import math
+import functools
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
-import torch
-
-from harness.config import Config, ConfigError, validate
-from harness.model import Model, get_model
+from harness.checks import check_stages, ranks_on_host, validate
+from harness.config import DTYPE_BYTES, Config, ConfigError
+from harness.memory_theory import LayerMemory, Replay, layer_memory, replay
+from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
-from harness.precision import Precision
 from harness.result import PlanRecord
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
-from harness.schedules.registry import build
 from harness.schedules.csv_io import read_csv
-from harness.schedules.ir import Schedule, stage_to_rank
+from harness.schedules.ir import Kind, Schedule
+from harness.schedules.registry import build
 from harness.schedules.validate import ScheduleError
 from harness.schedules.validate import validate as validate_schedule
+from harness.simulate import engine
 from harness.simulate.cost import CostModel
-from harness.simulate.engine import simulate
+from harness.simulate.engine import Compiled
+from harness.simulate.pricing import price
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduleArtifacts:
+    """A validated schedule with what is derived from it alone (cached for the built-ins:
+    the planner's points and a sweep's jobs share them)."""
+    schedule: Schedule
+    compiled: Compiled
+
+    @functools.cached_property
+    def replays(self) -> tuple[Replay, ...]:
+        return tuple(replay(self.schedule[r]) for r in sorted(self.schedule))
+
+    @property
+    def stages(self) -> int:
+        return self.compiled.stages
 
 
 @dataclass(frozen=True)
@@ -33,26 +56,86 @@ class Plan:
     stage_layers: tuple[tuple[int, int], ...]  # [stage] (first layer, end layer)
     partition: Partition
     stage_rank: dict[int, int]
-    emulated_cost: CostModel  # what compute=emulated sleeps, per stage
+    emulated_cost: CostModel  # what compute=emulated holds each action for, per stage
     device: str  # cpu | cuda (auto resolved)
     backend: str  # nccl (a GPU per rank) | gloo (CPU, or ranks sharing GPUs: tensors through host memory)
     p2p: str  # eager | safe (auto resolved): the transport of the native executor's messages
+    model: BuiltModel = field(compare=False, repr=False)  # built once here (a worker builds it again, once)
     notes: tuple[str, ...] = ()  # what the user should know about how this plan was made (printed, recorded)
     cores: int = 1  # CPU cores this process may run on
     ranks_on_host: int = 1  # worker processes on this host
     oversubscribed: bool = False  # compute=real with more busy ranks than cores (or ranks sharing a GPU)
+    # derived once per process, never pickled: schedule artifacts, the priced costs, simulations
+    derived: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "derived": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
 
     @property
     def world(self) -> int:
         return self.config.pp * self.config.dp
 
+    @property
+    def simulated(self) -> bool:
+        return EXECUTORS[self.config.executor].simulated
+
+    @property
+    def model_device(self) -> str:
+        """The device the run is modeled on: the cluster's where executor=sim prices one, else its own."""
+        cl = self.config.cluster
+        return cl.device if (cl is not None and self.simulated) else self.device
+
+    def _derive(self, key: str, make):
+        if key not in self.derived:
+            self.derived[key] = make()
+        return self.derived[key]
+
+    @property
+    def artifacts(self) -> ScheduleArtifacts:
+        return self._derive("artifacts", lambda: artifacts_of(self.schedule))
+
+    @property
+    def compiled(self) -> Compiled:
+        return self.artifacts.compiled
+
+    @property
+    def replays(self) -> tuple[Replay, ...]:
+        return self.artifacts.replays
+
     def sim_cost(self) -> CostModel:
-        """The modeled costs with the configured P2P cost: what executor=sim runs on."""
-        c = self.config
-        shape = get_model(c.model).activation_shape(c.microbatch_size)
-        nbytes = Precision(c.dtype).bytes * math.prod(shape)  # an activation / gradient between stages
-        return replace(self.emulated_cost, p2p_latency_s=c.comm.latency_s, p2p_bandwidth_Bps=c.comm.bandwidth_Bps,
-                       message_bytes=(nbytes,) * len(self.stage_layers))
+        """The plan priced (harness/simulate/pricing.py): what executor=sim runs on, and what a
+        run's modeled step is."""
+        def make() -> CostModel:
+            c, layers = self.config, self.model.layer_params
+            stage_params = [sum(layers[a:b]) for a, b in self.stage_layers]
+            nbytes = DTYPE_BYTES[c.dtype] * self.model.activation_numel(c.microbatch_size)
+            owner = tuple(self.stage_rank[s] for s in range(len(self.stage_layers)))
+            return price(c, self.emulated_cost, owner, stage_params, nbytes)
+
+        return self._derive("sim_cost", make)
+
+    def timing(self, cost: CostModel) -> list[float]:
+        """Each action's end in the simulator on `cost` (memoized per cost model)."""
+        memo = self._derive("timings", dict)
+        if cost not in memo:
+            memo[cost] = engine.timing(self.compiled, cost)
+        return memo[cost]
+
+    def modeled_step(self, step: int = 0) -> list:
+        """One step as the plan's cost model predicts it: the simulator's trace (executor=sim's step)."""
+        cost = self.sim_cost()
+        return engine.trace(self.compiled, cost, step, self.timing(cost))
+
+    def modeled_step_s(self) -> float:
+        cost = self.sim_cost()
+        return engine.step_time(self.compiled, cost, self.timing(cost))
+
+    def memory(self) -> LayerMemory:
+        """The model's per-layer memory in the run's dtype, traced on the modeled device."""
+        return layer_memory(self.model, self.config.dtype, self.model_device)
 
     def record(self) -> PlanRecord:
         """What result.json keeps of the plan: enough to draw and simulate it again without planning."""
@@ -60,16 +143,41 @@ class Plan:
                           stage_rank={str(k): v for k, v in self.stage_rank.items()}, device=self.device,
                           backend=self.backend, emulated_cost=asdict(self.emulated_cost),
                           sim_cost=asdict(self.sim_cost()), p2p=self.p2p, notes=list(self.notes),
-                          schedule={str(r): [str(a) for a in acts] for r, acts in sorted(self.schedule.items())})
+                          schedule={str(r): [str(a) for a in acts] for r, acts in sorted(self.schedule.items())},
+                          simulated=self.simulated)
 
 
-def layer_params(model: Model) -> list[int]:
-    """Parameter count per layer, built on the meta device (no memory, no init)."""
-    with torch.device("meta"):
-        return [sum(p.numel() for p in model.build_layer(i).parameters()) for i in range(model.num_layers)]
+def artifacts_of(schedule: Schedule) -> ScheduleArtifacts:
+    """A schedule's artifacts, validated (counts, order, no deadlock); ScheduleError if invalid."""
+    stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
+    microbatches = 1 + max(a.microbatch for acts in schedule.values() for a in acts)
+    return ScheduleArtifacts(schedule, validate_schedule(schedule, stages, microbatches))
 
 
-def make_partition(c: Config, model: Model, stages: int) -> Partition:
+@functools.lru_cache(maxsize=64)
+def builtin_artifacts(name: str, pp: int, m: int, v: int) -> ScheduleArtifacts:
+    """A built-in schedule, built and validated once per process."""
+    return artifacts_of(build(name, pp, m, v))
+
+
+def load_schedule(c: Config) -> ScheduleArtifacts:
+    """The built-in schedule, or the CSV file's; validated (counts, order, no deadlock)."""
+    try:
+        if c.schedule.name == "csv":
+            schedule = read_csv(c.schedule.csv_path)
+            if sorted(schedule) != list(range(c.pp)):
+                raise ConfigError(f"schedule.csv_path={c.schedule.csv_path}: {len(schedule)} rows (ranks), "
+                                  f"pp={c.pp} (allowed: one row per rank)")
+            stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
+            return ScheduleArtifacts(schedule, validate_schedule(schedule, stages, c.microbatches))
+        return builtin_artifacts(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)
+    except ScheduleError as e:
+        first, _, grid = str(e).partition("\n")
+        where = f"schedule.csv_path={c.schedule.csv_path}" if c.schedule.name == "csv" else f"schedule={c.schedule.name}"
+        raise ConfigError(f"{where}: {first}", detail=grid) from None
+
+
+def make_partition(c: Config, model: BuiltModel, stages: int) -> Partition:
     """With a profile, params and flops come from it too: the profile describes the model
     under study (a GPU model replayed by a small stand-in has the profile's layers, not the
     stand-in's parameters)."""
@@ -78,27 +186,34 @@ def make_partition(c: Config, model: Model, stages: int) -> Partition:
         return Partition(method, uniform(n, stages), "layers", [1.0] * n)
     if method == "explicit":
         return Partition(method, explicit(list(c.partition.layers_per_stage), n), "layers", [1.0] * n)
-    prof = load_profile(c.profile, c.microbatch_size, n) if c.profile else None
+    prof = load_profile(c.profile, c.microbatch_size, model.kinds) if c.profile else None
     if method == "params":
-        costs = [float(lc.params) for lc in prof] if prof else [float(p) for p in layer_params(model)]
+        costs = [float(lc.params) for lc in prof] if prof else [float(p) for p in model.layer_params]
         unit = "params"
     elif method == "flops":  # forward + backward = 3 forward
-        costs = [3 * (lc.fwd_flops if prof else model.fwd_flops(i, c.microbatch_size))
+        costs = [3 * (lc.fwd_flops if prof else model.model.fwd_flops(i, c.microbatch_size))
                  for i, lc in enumerate(prof or [None] * n)]
         unit = "flops"
     else:  # profile: measured forward + backward seconds
         costs, unit = [lc.fwd_s + lc.bwd_s for lc in prof], "s"
-    return Partition(method, min_max(costs, stages), unit, costs)
+    return Partition(method, _min_max(tuple(costs), stages), unit, costs)
 
 
-def emulated_costs(c: Config, bounds: list[tuple[int, int]], num_layers: int) -> tuple[CostModel, list[str]]:
+@functools.lru_cache(maxsize=1024)
+def _min_max(costs: tuple[float, ...], stages: int) -> list[tuple[int, int]]:
+    """min_max, once per cost vector and stage count (O(S L^2): the planner asks it often)."""
+    return min_max(list(costs), stages)
+
+
+def emulated_costs(c: Config, bounds: list[tuple[int, int]], model: BuiltModel) -> tuple[CostModel, list[str]]:
     """What compute=emulated holds each action for, per stage, and notes for the user: the
-    profile's per-layer times at B when a profile is given, else CostConfig's fixed part plus
-    per-sample part; a split backward as I = (1 - w) B, W = w B; all times cost.time_scale."""
+    profile's per-layer times at B when a profile is given (a one-block profile expanded by
+    kind), else CostConfig's fixed part plus per-sample part; a split backward as
+    I = (1 - w) B, W = w B; all times cost.time_scale."""
     k, w = c.cost.time_scale, c.cost.weight_grad_share
     notes: list[str] = []
     if c.profile:
-        layers = load_profile(c.profile, c.microbatch_size, num_layers, notes)
+        layers = load_profile(c.profile, c.microbatch_size, model.kinds, notes)
         fwd = tuple(k * sum(lc.fwd_s for lc in layers[a:b]) for a, b in bounds)
         bwd = tuple(k * sum(lc.bwd_s for lc in layers[a:b]) for a, b in bounds)
     else:
@@ -111,41 +226,25 @@ def emulated_costs(c: Config, bounds: list[tuple[int, int]], num_layers: int) ->
                      weight_grad_s=tuple(w * b for b in bwd)), notes
 
 
-def load_schedule(c: Config) -> Schedule:
-    """The built-in schedule, or the CSV file's; validated (counts, order, no deadlock)."""
-    try:
-        if c.schedule.name == "csv":
-            schedule = read_csv(c.schedule.csv_path)
-            if sorted(schedule) != list(range(c.pp)):
-                raise ConfigError(f"schedule.csv_path={c.schedule.csv_path}: {len(schedule)} rows (ranks), "
-                                  f"pp={c.pp} (allowed: one row per rank)")
-        else:
-            schedule = build(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)
-        stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
-        validate_schedule(schedule, stages, c.microbatches)
-    except ScheduleError as e:
-        first, _, grid = str(e).partition("\n")
-        where = f"schedule.csv_path={c.schedule.csv_path}" if c.schedule.name == "csv" else f"schedule={c.schedule.name}"
-        raise ConfigError(f"{where}: {first}", detail=grid) from None
-    return schedule
-
-
-def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
-    """Raises ConfigError (one line) for any input that cannot run."""
-    validate(c, cuda_devices)
+def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
+              ranks_here: int | None = None) -> Plan:
+    """Raises ConfigError (one line) for any input that cannot run. `model`: the config's model,
+    when the caller built it already (the planner builds it once for all its points);
+    `ranks_here`: the ranks this machine runs (checks.validate)."""
+    model = validate(c, cuda_devices, model, ranks_here)
     if c.global_batch is not None:  # fixed global batch: the microbatch follows dp and M
         c = replace(c, microbatch_size=c.global_batch // (c.dp * c.microbatches))
+    executor = EXECUTORS[c.executor]
     device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
-    model = get_model(c.model)
-    schedule = load_schedule(c)
-    if c.dp > 1 and any(a.kind.value in "IW" for acts in schedule.values() for a in acts):
-        raise ConfigError(f"dp={c.dp}: this schedule splits I and W; DDP syncs only a full backward (use dp=1)")
-    stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
-    if stages > model.num_layers:
-        raise ConfigError(f"schedule: {stages} stages, more than the model's {model.num_layers} layers")
+    art = load_schedule(c)
+    schedule = art.schedule
+    if c.schedule.name == "csv":  # its stages are known now
+        if c.dp > 1 and any(a.kind in (Kind.I, Kind.W) for acts in schedule.values() for a in acts):
+            raise ConfigError(f"dp={c.dp}: this schedule splits I and W; DDP syncs only a full backward (use dp=1)")
+        check_stages(c, art.stages, model.num_layers)
     try:
-        partition = make_partition(c, model, stages)
-        cost, notes = emulated_costs(c, partition.bounds, model.num_layers)
+        partition = make_partition(c, model, art.stages)
+        cost, notes = emulated_costs(c, partition.bounds, model)
     except ProfileError as e:
         raise ConfigError(str(e)) from None
     # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
@@ -154,7 +253,7 @@ def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
     cores, on_host = host_cores(), ranks_on_host(c.pp * c.dp)
     # busy ranks outnumber what they run on: real timings would measure the contention
     crowded = (on_host > cores) if device == "cpu" else backend == "gloo"
-    if EXECUTORS[c.executor].simulated:  # no process: its timings are the modeled costs
+    if executor.simulated:  # no process: its timings are the modeled costs
         crowded, on_host = False, 0
         c = replace(c, compute="emulated") if c.compute == "auto" else c
     if c.compute == "auto":
@@ -163,27 +262,25 @@ def make_plan(c: Config, cuda_devices: int = 0) -> Plan:
             notes.append(f"compute=auto: emulated, since {on_host} ranks would share "
                          f"{f'{cores} cores' if device == 'cpu' else f'{cuda_devices} GPUs'} (compute=real times the "
                          "contention)")
-    if device == "cuda" and backend == "gloo" and not EXECUTORS[c.executor].transport:
+    if device == "cuda" and backend == "gloo" and not executor.transport and not executor.simulated:
         raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({c.pp * c.dp} ranks, "
                           f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
-    if EXECUTORS[c.executor].transport:
+    if executor.transport:
         check_transport(c, schedule, transport, backend)
+    plan = Plan(c, schedule, tuple(partition.bounds), partition, dict(enumerate(art.compiled.owner)), cost, device, backend,
+                transport, model, tuple(notes), cores, on_host, crowded and c.compute == "real")
+    plan.derived["artifacts"] = art
     if c.timeout_s is None:  # 60 s to start, then 10x the modeled run: a hang ends, a slow run does not
-        step_s = max(e.end for e in simulate(schedule, cost))
-        c = replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1))
-    return Plan(c, schedule, tuple(partition.bounds), partition, stage_to_rank(schedule), cost, device, backend,
-                transport, tuple(notes), cores, on_host, crowded and c.compute == "real")
+        step_s = plan.modeled_step_s()
+        plan = replace(plan, config=replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1)),
+                       derived=plan.derived)
+    return plan
 
 
 def host_cores() -> int:
     """CPU cores this process may run on (its affinity: a container's or taskset's share)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def ranks_on_host(world: int) -> int:
-    """Worker processes on this host: torchrun's per-node count, else the whole world (forked here)."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
 def check_transport(c: Config, schedule: Schedule, transport: str, backend: str) -> None:

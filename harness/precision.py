@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.config import DTYPE_BYTES
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SCHEME = "pure low precision, fp32 master weights in the optimizer, fp32 loss"
 LOSS_SCALE = {"fp32": 1.0, "bf16": 1.0, "fp16": 1024.0}  # static: enough for these models' gradients
@@ -36,7 +38,7 @@ class Precision:
     @property
     def bytes(self) -> int:
         """Bytes per element of parameters, gradients, activations and messages."""
-        return torch.finfo(self.dtype).bits // 8
+        return DTYPE_BYTES[self.name]
 
     @property
     def master_weights(self) -> bool:

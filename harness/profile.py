@@ -63,13 +63,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from hydra import compose, initialize_config_module
 
 from harness import compat
-from harness.config import DTYPE_NAMES, Config, ConfigError, register, to_config
-from harness.model import Model, get_model
+from harness.compose import compose_config
+from harness.config import DTYPE_NAMES, Config, ConfigError
+from harness.model import Model
+from harness.model.built import BuiltModel
 from harness.model.partition import min_max
-from harness.plan import layer_params
 from harness.precision import Precision
 
 
@@ -300,11 +300,12 @@ def check_fits(model: Model, params: list[int], plan: list[Source], precision: P
 
 
 def profile(c: Config, sizes: list[int], device: torch.device, warmup: int, repeats: int,
-            blocks: int | None = None, estimate: list[str] | None = None) -> dict:
+            blocks: int | None = None, estimate: list[str] | None = None, built: BuiltModel | None = None) -> dict:
     """The profile of `c.model` in `c.dtype` on `device` (module docstring for the schema)."""
-    model = get_model(c.model)
+    built = built or BuiltModel(c.model)
+    model = built.model
     precision = Precision(c.dtype)
-    params = layer_params(model)
+    params = built.layer_params
     plan = plan_layers(model, params, sizes, blocks, list(estimate or []))
     check_fits(model, params, plan, precision, device)
     measured: dict[int, dict[str, dict]] = {}
@@ -338,8 +339,10 @@ def profile(c: Config, sizes: list[int], device: torch.device, warmup: int, repe
     m = c.model
     return {
         "device": _device_name(device), "torch": torch.__version__, "dtype": str(precision.dtype),
-        "model": {"vocab": m.vocab, "seq": m.seq, "d_model": m.hidden, "heads": m.heads, "blocks": m.layers,
-                  "num_layers": model.num_layers, "config": dataclasses.asdict(m)},
+        # GPT-2's keys, as ../shared/data's profile has them; null where the model kind has none (mlp)
+        "model": {"vocab": getattr(m, "vocab", None), "seq": getattr(m, "seq", None), "d_model": m.hidden,
+                  "heads": getattr(m, "heads", None), "blocks": m.layers, "num_layers": model.num_layers,
+                  "config": dataclasses.asdict(m)},
         "warmup": warmup, "repeats": repeats,
         "measurement": {
             "device_type": device.type, "cpu": _cpu_name(),
@@ -395,16 +398,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="layer kinds not run: their times scaled by FLOPs from a measured block (e.g. head)")
     ap.add_argument("--compare", type=int, nargs="*", default=[2, 4, 8], help="pipeline depths to compare")
     args = ap.parse_args(argv)
-    register()
     try:
-        with initialize_config_module(config_module="harness.conf", version_base="1.3"):
-            c = to_config(compose(config_name="config", overrides=args.overrides))
+        c = compose_config(args.overrides)
     except ConfigError as e:
         return _error(str(e))
-    except Exception as e:  # noqa: BLE001 - a bad key or value: one line, as python -m harness says it
-        from harness.cli import hydra_problem
-
-        return _error(hydra_problem(e, args.overrides))
     if c.dtype not in DTYPE_NAMES:
         return _error(f"dtype={c.dtype}: unknown (allowed: {', '.join(DTYPE_NAMES)})")
     if c.device not in ("cpu", "cuda", "auto"):
@@ -421,10 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in every worker: one rank per core
     try:
-        model = get_model(c.model)
-        print(f"harness.profile: {c.model.name} ({model.num_layers} layers) in {c.dtype} on {_device_name(device)}",
+        built = BuiltModel(c.model)
+        print(f"harness.profile: {c.model.name} ({built.num_layers} layers) in {c.dtype} on {_device_name(device)}",
               flush=True)
-        prof = profile(c, sizes, device, args.warmup, args.repeats, args.blocks, args.estimate)
+        prof = profile(c, sizes, device, args.warmup, args.repeats, args.blocks, args.estimate, built)
     except (ConfigError, ProfileArgsError) as e:
         return _error(str(e))
     finally:

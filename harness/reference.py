@@ -6,17 +6,19 @@ from __future__ import annotations
 import torch
 
 from harness.config import Config
-from harness.model import get_model
+from harness.model.built import BuiltModel
 from harness.optimizer import Optimizer
 from harness.precision import Precision
 
 
-def reference_losses(c: Config) -> tuple[list[float], dict[str, torch.Tensor]]:
+def reference_losses(c: Config, built: BuiltModel | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Losses of every step (warm-up included) and the last step's gradients (fp32) by
-    parameter name ("layer.param") of one process running the whole global batch."""
+    parameter name ("layer.param") of one process running the whole global batch. `built`:
+    the config's model, when the caller has built it (a job's plan has)."""
     torch.set_num_threads(1)
-    model, precision = get_model(c.model), Precision(c.dtype)
-    net = model.build_layers(0, model.num_layers, seed=c.seed).to(precision.dtype)
+    built = built or BuiltModel(c.model)
+    model, precision = built.model, Precision(c.dtype)
+    net = built.build_stage(0, model.num_layers, c.seed, precision.dtype)
     opt = Optimizer(list(net.parameters()), c.lr, c.optimizer, precision)
     losses, grads = [], {}
     for step in range(c.warmup_steps + c.steps):

@@ -56,6 +56,7 @@ class PlanRecord:
     schedule: dict[str, list[str]] | None = None  # pipeline rank -> its actions ("0F0", ...); None in version 1
     sim_cost: dict | None = None  # CostModel's fields with comm.*: what executor=sim and the gallery simulate
     notes: list[str] = field(default_factory=list)  # how the plan was made, where the user should know
+    simulated: bool = False  # its timings come from the simulator, not from clocks (executor=sim)
 
     def schedule_actions(self) -> dict[int, list[Action]]:
         if self.schedule is None:
@@ -181,13 +182,16 @@ class Result:
     def from_json(cls, data: Any) -> "Result":
         return _build(cls, upgrade(data), "result")
 
-    def headline(self) -> str:
-        """One line: what ran, how its numbers were made, the bubble and why, speed."""
-        from harness.runtime.registry import EXECUTORS
+    @property
+    def simulated(self) -> bool:
+        """Whether its timings came from the simulator, not from clocks (as recorded)."""
+        return self.plan.simulated if self.plan is not None else self.config.get("executor") == "sim"
 
+    def headline(self) -> str:
+        """One line, from the record alone: what ran, how its numbers were made, the bubble and
+        why, speed."""
         c, m = self.config, self.metrics
-        executor = EXECUTORS.get(c["executor"])
-        simulated = executor is not None and executor.simulated
+        simulated = self.simulated
         mode = (f"simulated: executor={c['executor']}" if simulated else
                 c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}")
         what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"

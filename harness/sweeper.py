@@ -21,28 +21,21 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.plugins.sweeper import Sweeper as HydraSweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from harness.hydra_compat import BasicSweeper, apply_overrides, get_overrides_dirname, runs_jobs_here, untested_hydra
 
-class State:
-    """What the running sweep decided, for the progress and summary callbacks and its jobs."""
-
-    total: int | None = None  # jobs it will launch
-    skipped: list[str] = []  # "[overrides] why", one per point skipped (skip_invalid=true)
-    pool: Any = None  # harness.runtime.launch.RankPool while jobs run in this process
-
-    @classmethod
-    def reset(cls) -> None:
-        cls.total, cls.skipped, cls.pool = None, [], None
+FULL_ERRORS_ENV = "HARNESS_FULL_ERRORS"  # "1": this run shows whole errors (set by harness.cli)
+SWEEP_RECORD = "sweep.json"  # <sweep dir>/sweep.json: the points planned, launched and skipped (and why)
 
 
 class FastComposer:
@@ -97,7 +90,7 @@ class FastComposer:
     def _copy(self, master: DictConfig, base: DictConfig, parsed: list[Override],
               changed: list[Override]) -> DictConfig:
         cfg = copy.deepcopy(base)
-        ConfigLoaderImpl._apply_overrides_to_config(changed, cfg)  # as composition applies them
+        apply_overrides(changed, cfg)  # as composition applies them
         app = [o for o in parsed if not o.is_hydra_override()]
         with open_dict(cfg.hydra), read_write(cfg.hydra):
             cfg.hydra.overrides.task = [o.input_line for o in app]
@@ -146,9 +139,8 @@ class Sweeper(BasicSweeper):
         """Why this point cannot run (one line), or None."""
         from hydra.core.hydra_config import HydraConfig
 
-        from harness import cli
-        from harness.cli import hydra_problem
-        from harness.config import ConfigError, to_config
+        from harness.compose import hydra_problem, to_config
+        from harness.config import ConfigError
         from harness.plan import make_plan
 
         try:
@@ -158,22 +150,30 @@ class Sweeper(BasicSweeper):
             if not self._hydra_set:  # what ${hydra:...} reads while checking (the first point's; each job sets its own)
                 HydraConfig.instance().set_config(copy.deepcopy(cfg))
                 self._hydra_set = True
-            from harness.runtime.cluster import point_cuda_devices
+            from harness.runtime.cluster import point_resources
 
-            # a SLURM point plans with the GPUs its allocation gives, not the login node's
-            make_plan(to_config(cfg, cwd=cfg.hydra.runtime.cwd), point_cuda_devices(cfg) or cuda_devices)
+            # a SLURM point plans with the GPUs and the ranks per node its allocation gives, not the login node's
+            r = point_resources(cfg)
+            c = to_config(cfg, cwd=cfg.hydra.runtime.cwd)
+            if r is None:
+                make_plan(c, cuda_devices)
+            else:
+                make_plan(c, r.nodes * r.gpus_per_node or cuda_devices, ranks_here=min(c.pp * c.dp, r.tasks_per_node)
+                          if r.nodes > 1 or r.tasks_per_node > 1 else None)
             self.composer.keep(point, cfg)  # launched as checked, not composed again
         except ConfigError as e:
             return str(e)
         except Exception as e:  # noqa: BLE001 - composition (Hydra, OmegaConf) or planning: one line either way
-            if cli.FULL_ERRORS:  # debug=true or HYDRA_FULL_ERROR=1: the whole error, as for one job
+            if os.environ.get(FULL_ERRORS_ENV) == "1":  # debug=true or HYDRA_FULL_ERROR=1: the whole error
                 raise
             return hydra_problem(e, list(point))
         return None
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
-        State.reset()
+        if problem := untested_hydra():
+            print(f"harness: error: {problem}", file=sys.stderr, flush=True)
+            sys.exit(2)
         params = self._parse_config() + list(arguments)
         parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
         points = [p for batch in self.split_arguments(parsed, None) for p in batch]
@@ -191,43 +191,39 @@ class Sweeper(BasicSweeper):
             print(f"harness: error: {len(bad)} of {len(points)} sweep points cannot run; nothing ran"
                   + (f" (skip_invalid=true runs the other {rest})" if rest else ""), file=sys.stderr, flush=True)
             sys.exit(2)
-        for _, p, why in bad:
-            State.skipped.append(f"[{shown(p, varying)}] {why}")
-            print(f"harness: skipped: [{shown(p, varying)}] {why}", file=sys.stderr)
+        skipped = [f"[{shown(p, varying)}] {why}" for _, p, why in bad]
+        for line in skipped:
+            print(f"harness: skipped: {line}", file=sys.stderr)
         if bad:
             print(f"harness: skipping {len(bad)} of {len(points)} sweep points that cannot run (skip_invalid=true)",
                   file=sys.stderr, flush=True)
-        State.total = len(points) - len(bad)
 
-        from pathlib import Path
+        from harness.record import write_json_atomic
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        skipped = {i for i, _, _ in bad}
+        # what the progress and summary callbacks read (and a user may: which points were left out, why)
+        write_json_atomic(sweep_dir / SWEEP_RECORD, {"points": len(points), "launched": len(points) - len(bad),
+                                                      "skipped": skipped})
+        left_out = {i for i, _, _ in bad}
         returns = []
-        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-
-        from harness.runtime.launch import RankPool
+        from harness.runtime.launch import RankPool, sharing
 
         # the interpreter's heap so far (torch, Hydra, the plans) is not garbage while the jobs run:
         # the collector's full passes (~0.15 s over it) then skip it; unfrozen when the sweep ends
         gc.freeze()
         # jobs in this process share their rank processes (ended before the summary)
-        State.pool = RankPool() if isinstance(self.launcher, BasicLauncher) else None
+        pool = RankPool() if runs_jobs_here(self.launcher) else None
         try:
-            for start, segment in segments(points, skipped, self.max_batch_size):
-                results = self.launcher.launch(segment, initial_job_idx=start)
-                for r in results:
-                    _ = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
-                returns.append(results)
+            with sharing(pool):
+                for start, segment in segments(points, left_out, self.max_batch_size):
+                    results = self.launcher.launch(segment, initial_job_idx=start)
+                    for r in results:
+                        _ = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
+                    returns.append(results)
         finally:
-            try:
-                if State.pool is not None:
-                    pool, State.pool = State.pool, None
-                    pool.close()
-            finally:
-                gc.unfreeze()
+            gc.unfreeze()
         return returns
 
 

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 
 from harness.schedules.ir import Schedule, replay_inflight
 from harness.schedules.registry import SCHEDULES, build, built_in, chunks_per_rank, requirements, spec
+from harness.simulate import engine
 from harness.simulate.cost import CostModel
-from harness.simulate.engine import simulate
+from harness.simulate.engine import Compiled
 
 CLOSED_FORM = "closed form"
 SIMULATED_IDEAL = "simulated ideal (equal stages, free communication)"
@@ -71,35 +72,28 @@ def _costs(bwd_over_fwd: float, weight_grad_share: float) -> tuple[float, float,
     return 1.0, B, (1 - weight_grad_share) * B, weight_grad_share * B
 
 
-def _measured_bubble(schedule: Schedule, bwd_over_fwd: float, weight_grad_share: float) -> float:
+def simulated_ideal(compiled: Compiled, bwd_over_fwd: float, weight_grad_share: float) -> float:
     """The simulator on equal stages and free communication, measured as
     harness.metrics.bubble_per_rank does: mean over ranks of 1 - busy / window, the window
     from the first compute start to the last compute end over all ranks."""
-    stages = max((a.stage for acts in schedule.values() for a in acts), default=-1) + 1
-    trace = simulate(schedule, CostModel.uniform(stages, 1.0, bwd_over_fwd, weight_grad_share))
-    ranks = max(schedule, default=-1) + 1
-    busy = [0.0] * ranks
-    for e in trace:
-        if e.in_window:
-            busy[e.rank] += e.end - e.start
-    t0 = min(e.start for e in trace if e.in_window)
-    t1 = max(e.end for e in trace if e.in_window)
-    return sum(1.0 - b / (t1 - t0) for b in busy) / ranks
+    return engine.bubble(compiled, CostModel.uniform(compiled.stages, 1.0, bwd_over_fwd, weight_grad_share))
 
 
 def bubble(schedule: str, n: int, m: int, v: int = 1, bwd_over_fwd: float = 2.0,
-           weight_grad_share: float = 0.5) -> Theory:
+           weight_grad_share: float = 0.5, compiled: Compiled | None = None) -> Theory:
     """Bubble of the built-in `schedule` on N ranks, M microbatches (V chunks for
     interleaved_1f1b) with B = bwd_over_fwd x F and a backward split I = (1-w) B, W = w B:
     the closed form where one is written (see the module docstring), else the simulator's
-    ideal on equal stages and free communication, labelled as such."""
+    ideal on equal stages and free communication, labelled as such (on `compiled`, the
+    schedule compiled already, when the caller has it)."""
     _check(schedule, n, m, v)
     _check_costs(bwd_over_fwd, weight_grad_share)
     F, B, I, W = _costs(bwd_over_fwd, weight_grad_share)  # noqa: E741
     form = spec(schedule).idle
     idle = 0.0 if n == 1 else form(n, m, v, F, B, I, W) if form is not None else None  # one rank never waits
     if idle is None:
-        return Theory(_measured_bubble(build(schedule, n, m, v), bwd_over_fwd, weight_grad_share), SIMULATED_IDEAL)
+        compiled = compiled or engine.compile_schedule(build(schedule, n, m, v))
+        return Theory(simulated_ideal(compiled, bwd_over_fwd, weight_grad_share), SIMULATED_IDEAL)
     return Theory(idle / (chunks_per_rank(schedule, v) * m * (F + B) + idle), CLOSED_FORM)
 
 
@@ -130,7 +124,7 @@ def matches_builtin(schedule: Schedule, microbatches: int) -> tuple[str, int] | 
 
 
 def bubble_of_schedule(schedule: Schedule, m: int, bwd_over_fwd: float = 2.0,
-                       weight_grad_share: float = 0.5) -> Theory:
+                       weight_grad_share: float = 0.5, compiled: Compiled | None = None) -> Theory:
     """Theory for a schedule given as data (schedule=csv): the built-in's bubble() when it is
     one of them (matches_builtin), else its simulated ideal, labelled as such. Raises the
     simulator's Deadlock for a schedule that cannot run (validate it first)."""
@@ -138,7 +132,8 @@ def bubble_of_schedule(schedule: Schedule, m: int, bwd_over_fwd: float = 2.0,
     if (match := matches_builtin(schedule, m)) is not None:
         name, v = match
         return bubble(name, max(schedule) + 1, m, v, bwd_over_fwd, weight_grad_share)
-    return Theory(_measured_bubble(schedule, bwd_over_fwd, weight_grad_share), SIMULATED_IDEAL)
+    compiled = compiled or engine.compile_schedule(schedule)
+    return Theory(simulated_ideal(compiled, bwd_over_fwd, weight_grad_share), SIMULATED_IDEAL)
 
 
 def peak_inflight_microbatches(schedule: str, n: int, m: int, rank: int, v: int = 1) -> int:

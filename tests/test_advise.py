@@ -1,12 +1,12 @@
-"""harness.advise: the simulator it runs equals the engine, its memory equals memory_theory to
-the byte, small searches whose answer is known by construction, bad input in one line (exit 2),
-and predictions held against runs on this machine (a small version here; the whole grid is
-marked slow)."""
+"""harness.advise: a search over harness configs, predicted by the harness's own simulator and
+memory theory; searches whose answer is known; bad input; the printed commands reproduce the
+predictions; predictions against runs on this machine."""
 
 from __future__ import annotations
 
 import json
 import random
+import shlex
 import subprocess
 import sys
 from dataclasses import replace
@@ -14,18 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.advise import fastsim
 from harness.advise.__main__ import main as advise_main
-from harness.advise.cluster import AdviseError, from_dict, load
-from harness.advise.memory import LayerMemory, peak_per_gpu
-from harness.advise.problem import point_for, problem_for
-from harness.advise.search import Point, Space, evaluate, search
-from harness.config import Config, set_keys
-from harness.memory_theory import theory_per_rank
+from harness.advise.search import AdviseError, Point, Problem, Space, evaluate, predict, search
+from harness.compose import cluster_from_dict, compose_config
+from harness.config import Config, PartitionConfig, set_keys
+from harness.memory_theory import trace_stage
+from harness.model.built import BuiltModel
 from harness.plan import make_plan
 from harness.schedules.registry import build, requirements
+from harness.simulate import engine
 from harness.simulate.cost import CostModel
-from harness.simulate.engine import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,14 +46,49 @@ def cluster(**kw) -> object:
             base[k] = {**base[k], **v}
         else:
             base[k] = v
-    return from_dict(base)
+    return cluster_from_dict(base)
 
 
-# -- the simulator ------------------------------------------------------------------------
+def _problem(c: Config, cl, gb: int) -> Problem:
+    """Real compute on cluster `cl` at global batch `gb`, partition=profile with a profile."""
+    c = replace(c, cluster=cl, executor="sim", compute="real", global_batch=gb,
+                partition=PartitionConfig("profile") if c.profile else c.partition)
+    return Problem(c, BuiltModel(c.model), gb, [], [])
+
+
+# -- the one simulator --------------------------------------------------------------------
+def test_the_two_simulators_agree_on_a_dp_step(tmp_path):
+    """What executor=sim runs and what the planner predicts are one simulation: 1F1B, pp=4,
+    dp=2, M=8, the gradient all-reduce inside each stage's last backward (as the runtime runs
+    it), so the rank waits for it and the gradient leaves after it. The planner's step, the
+    simulated job's measured step and its model_step_s are the same number, and the sync
+    delays the step by (pp - 1) x sync beyond the ring's own time on the critical path."""
+    from harness.job import run_job
+
+    c = config(**{"schedule.name": "1f1b"}, pp=4, dp=2, microbatches=8, executor="sim", steps=2)
+    c.comm.latency_s, c.comm.bandwidth_Bps = 1e-3, 1e9
+    plan = make_plan(c)
+    cost = plan.sim_cost()
+    sync = cost.sync_s[0]
+    assert sync > 0 and len(set(cost.sync_s)) == 1
+    step = predict(c, plan.model).step_time_s
+    assert step == plan.modeled_step_s()
+    r = run_job(c, tmp_path, "test", "sim")
+    assert r.status == "ok", r.error
+    assert r.metrics.step_time_s == pytest.approx(step, rel=1e-12) and r.metrics.model_step_s == step
+    free = plan.modeled_step_s() - engine.step_time(plan.compiled, replace(cost, sync_s=()))
+    # stage 3's last B syncs first, then stage 2's waits for it, ... : pp syncs on the critical path
+    assert free == pytest.approx(4 * sync, rel=1e-9)
+    assert r.metrics.dp_sync_s == pytest.approx(sync) and r.metrics.dp_sync_theory_s == pytest.approx(sync)
+
+
 @pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev"])
-def test_fastsim_equals_the_engine(name):
-    """Random per-stage costs and a hop on every cross-rank message: the compiled simulator's
-    makespan equals harness.simulate.engine's to 1e-9 over N 1..6, M 1..12."""
+def test_the_simulators_timing_equals_its_events(name):
+    """Random per-stage costs, a hop on every cross-rank message, a sync in each stage's last
+    backward, send and receive costs: the step `timing` computes equals the trace's, and its
+    bubble the trace's bubble as the metrics measure it, over N 1..6, M 1..12."""
+    from harness.metrics import bubble_per_rank, step_time
+
     rng = random.Random(name)
     for n in (1, 2, 3, 4, 6):
         for m in (1, 2, 3, 4, 5, 8, 12):
@@ -66,22 +99,27 @@ def test_fastsim_equals_the_engine(name):
                 S = 1 + max(a.stage for acts in sched.values() for a in acts)
                 f = tuple(rng.uniform(0.5, 2) for _ in range(S))
                 b = tuple(x * rng.uniform(1.2, 2.5) for x in f)
-                i, w = tuple(x * 0.55 for x in b), tuple(x * 0.45 for x in b)
-                ref = max(e.end for e in simulate(sched, CostModel(f, b, i, w, p2p_latency_s=0.07)))
-                c = fastsim.compile_schedule(sched)
-                fh = [0.07 if s + 1 < S and c.owner[s + 1] != c.owner[s] else 0.0 for s in range(S)]
-                bh = [0.07 if s and c.owner[s - 1] != c.owner[s] else 0.0 for s in range(S)]
-                assert fastsim.makespan(c, list(f), list(b), list(i), list(w), fh, bh) == pytest.approx(ref, abs=1e-9)
+                cost = CostModel(f, b, tuple(x * 0.55 for x in b), tuple(x * 0.45 for x in b), p2p_latency_s=0.07,
+                                 sync_s=tuple(rng.uniform(0, 0.3) for _ in range(S)), send_s=0.01, recv_s=0.02,
+                                 optimizer_s=tuple(rng.uniform(0, 1) for _ in range(n)), step_overhead_s=0.05)
+                c = engine.compile_schedule(sched)
+                events = engine.trace(c, cost)
+                assert engine.step_time(c, cost) == pytest.approx(step_time(events), abs=1e-9)
+                got = sum(bubble_per_rank(events, n)) / n
+                assert engine.bubble(c, cost) == pytest.approx(got, abs=1e-9), (n, m, v)
 
 
-def test_fastsim_prices_each_direction_on_its_own_link():
-    """A hop only on the gradient's way back (stage 1 -> 0) delays 1F1B by exactly M of them
-    at pp=2 where backwards are on the critical path... and F's way forward costs nothing."""
-    c = fastsim.compiled("gpipe", 2, 1, 1)
-    base = fastsim.makespan(c, [1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [1.0, 1.0])
-    assert base == pytest.approx(6.0)
-    assert fastsim.makespan(c, [1.0, 1.0], [2.0, 2.0], [1.0] * 2, [1.0] * 2, [0.5, 0.0], [0.0, 0.0]) == 6.5
-    assert fastsim.makespan(c, [1.0, 1.0], [2.0, 2.0], [1.0] * 2, [1.0] * 2, [0.0, 0.0], [0.0, 0.25]) == 6.25
+def test_each_direction_is_priced_on_its_own_link():
+    """A hop only on the gradient's way back (stage 1 -> 0) delays GPipe at pp=2, M=1 by
+    exactly it; the activation's way forward, by its own."""
+    c = engine.compile_schedule(build("gpipe", 2, 1))
+
+    def step(fwd, bwd) -> float:
+        return engine.step_time(c, CostModel((1.0, 1.0), (2.0, 2.0), fwd_hop_s=fwd, bwd_hop_s=bwd))
+
+    assert step((0.0, 0.0), (0.0, 0.0)) == pytest.approx(6.0)
+    assert step((0.5, 0.0), (0.0, 0.0)) == 6.5
+    assert step((0.0, 0.0), (0.0, 0.25)) == 6.25
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -94,35 +132,25 @@ MODELS = {
 }
 
 
-@pytest.mark.grid  # 30 plans a model (~30 s in all): make test, not make test-fast
+@pytest.mark.grid  # every contiguous stage of three models (seconds): make test, not make test-fast
 @pytest.mark.parametrize("model", list(MODELS))
-def test_memory_composed_per_layer_equals_memory_theory(model):
-    """The fullest GPU's bytes, composed from per-layer traces and a symbolic replay, equal
-    theory_per_rank(make_plan(...)) to the byte: schedules, checkpointing (whole stage and per
-    layer), fp32/SGD and bf16/AdamW, ZeRO 0 and 1."""
-    cases = [("1f1b", 2, 4, 1, 1, 0), ("gpipe", 2, 4, 1, 2, 1), ("interleaved_1f1b", 2, 4, 2, 2, 0),
-             ("zbv", 2, 4, 1, 1, 0), ("zb_h1", 2, 3, 1, 1, 0)]
-    for sched, pp, m, v, dp, zero in cases:
-        for ck, every in ((False, 0), (True, 0), (True, 1)):
-            for dtype, opt in (("fp32", "sgd"), ("bf16", "adamw")):
-                c = config(**MODELS[model], **{"schedule.name": sched, "optimizer.name": opt})
-                c.pp, c.microbatches, c.virtual_stages, c.dp, c.zero, c.dtype = pp, m, v, dp, zero, dtype
-                c.checkpointing, c.checkpoint_every, c.microbatch_size = ck, every, 2
-                plan = make_plan(c)
-                theory = theory_per_rank(plan)
-                mem = LayerMemory(plan.config, plan.device)
-                got = peak_per_gpu(mem, sched, pp, m, v, dp, zero, plan.stage_layers, 2, ck, every)
-                assert got.peak == max(r.peak for r in theory), (model, sched, ck, every, dtype)
-                fullest = theory[max(range(len(theory)), key=lambda g: theory[g].peak)]
-                assert (got.params, got.optimizer) == (fullest.params, fullest.optimizer)
+def test_memory_composed_per_layer_equals_the_whole_stages_trace(model):
+    """The memory theory prices a stage from its layers' traces (one per distinct layer, the
+    boundary between two measured on the pair): that equals tracing the whole stage, to the
+    byte, for every contiguous stage, with and without checkpointing (whole stage and per
+    layer), fp32 and bf16."""
+    for dtype in ("fp32", "bf16"):
+        c = config(**MODELS[model], dtype=dtype, pp=2, microbatches=2, microbatch_size=2)
+        plan = make_plan(c)
+        mem, L = plan.memory(), plan.model.num_layers
+        for a in range(L):
+            for e in range(a + 1, L + 1):
+                for ck, every in ((False, 0), (True, 0), (True, 1)):
+                    whole = trace_stage(plan.model, a, e, a == 0, e == L, dtype, 2, ck, every, "cpu")
+                    assert mem.stage(a, e, 2, ck, every) == whole, (model, dtype, a, e, ck, every)
 
 
 # -- searches whose answer is known ---------------------------------------------------------
-def _problem(c: Config, cl, gb: int):
-    c.global_batch = gb
-    return problem_for(c, cl, emulated=False)
-
-
 def test_a_memory_budget_excludes_gpipe_at_large_m():
     """GPipe holds all M microbatches at its turn, 1F1B at most pp: with a budget between the
     two, GPipe fits at small M only, and the search picks 1F1B at the large M."""
@@ -175,14 +203,13 @@ def test_the_profile_partition_balances_a_heavy_lm_head(tmp_path):
     pt = Point("1f1b", 4, 16, 1, 1, 1, False, 0, "pp_inner")
     balanced = evaluate(p, pt)
     assert balanced.layers_per_stage[-1] == 1 and balanced.layers_per_stage[-1] < min(balanced.layers_per_stage[:-1])
-    uniform = evaluate(replace(p, costs=type(p.costs)(p.config, 12, None, None)), pt)
+    uniform = evaluate(replace(p, config=replace(p.config, partition=PartitionConfig("uniform"))), pt)
     # the same seconds per layer, split in equal counts: priced by hand from the profile
     f = [0.001] + [0.01] * 10 + [0.04]
     b = [2 * x for x in f]
     bounds = [(0, 3), (3, 6), (6, 9), (9, 12)]
-    comp = fastsim.compiled("1f1b", 4, 16, 1)
-    equal = fastsim.makespan(comp, [sum(f[a:e]) for a, e in bounds], [sum(b[a:e]) for a, e in bounds],
-                             [0.0] * 4, [0.0] * 4)
+    equal = engine.step_time(engine.compile_schedule(build("1f1b", 4, 16)),
+                             CostModel(tuple(sum(f[a:e]) for a, e in bounds), tuple(sum(b[a:e]) for a, e in bounds)))
     assert balanced.pipeline_s < 0.8 * equal
     assert uniform.layers_per_stage == (3, 3, 3, 3)
 
@@ -227,7 +254,9 @@ def test_an_empty_search_space_says_why():
 def test_cli_bad_input_is_one_line_and_exit_2(capsys):
     assert advise_main(["cluster=nosuch", "--global-batch", "8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "cluster=nosuch: no such preset" in err
+    assert err.count("\n") == 0 and "cluster=nosuch: unknown (allowed: h200_8nodes, h200_node, here)" in err
+    assert advise_main(["--global-batch", "8"]) == 2
+    assert "cluster: no cluster given (allowed: cluster=<h200_8nodes|h200_node|here>)" in capsys.readouterr().err
     assert advise_main(["cluster=h200_node", "cluster.nodes=0", "--global-batch", "8"]) == 2
     assert "cluster.nodes=0: must be an integer >= 1" in capsys.readouterr().err
     assert advise_main(["cluster=h200_node", "cluster.nodez=2", "--global-batch", "8"]) == 2
@@ -236,9 +265,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys):
 
 def test_cluster_presets_load_with_their_sources():
     for name in ("h200_node", "h200_8nodes", "here"):
-        cl = load([f"cluster={name}"])
+        cl = compose_config([f"cluster={name}"]).cluster
         assert cl.source and cl.usable_bytes > 0
-    big = load(["cluster=h200_8nodes"])
+    big = compose_config(["cluster=h200_8nodes"]).cluster
     assert big.gpus == 64 and big.intra.bandwidth_Bps == 450e9 and big.inter.bandwidth_Bps == 50e9
 
 
@@ -261,22 +290,63 @@ def test_cli_writes_advice_for_the_h200_gpt2_profile(tmp_path):
     assert "torchrun" in md and "hydra/launcher=slurm" in md and (out / "advice.png").stat().st_size > 10000
 
 
-def test_the_run_command_plans_the_point_it_predicts(tmp_path):
-    """The overrides advice.md prints for a point compose, through python -m harness's own
-    config, to a plan whose schedule, stages and microbatches are the point's."""
-    from harness.advise.problem import build_problem, compose_config
-    from harness.advise.report import run_overrides
+def _harness_args(command: str) -> list[str]:
+    """The python -m harness keys of a printed command (launcher flags left out)."""
+    args = shlex.split(command)
+    args = args[args.index("harness") + 1:]
+    return [a for a in args if a != "-m" and not a.startswith(("hydra/launcher=", "hydra.launcher."))]
 
-    cl = load(["cluster=here"])
-    user = ["+scenario=h200_emulated", "cost.time_scale=2"]
-    p = build_problem(user, cl, 16, tmp_path)
-    r = search(p, Space(pp=(2, 4), dp=(1, 2), gpus=4, microbatch_sizes=(1, 2), virtual_stages=(2,),
-                        checkpointing=(False,), zero=(0,), placements=("pp_inner",)))
-    for x in r.fitting[:3]:
-        c = compose_config(run_overrides(p, x, user))
-        plan = make_plan(c)
-        assert point_for(plan.config) == x.point
-        assert tuple(b - a for a, b in plan.stage_layers) == x.layers_per_stage
+
+def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
+    """Every command advice.json prints passes the harness's validation as printed (on the GPUs
+    it is meant for), and its `predicted` command (the same keys, executor=sim on the cluster)
+    reproduces the point's predicted step and peak memory to 1e-6; how many were checked."""
+    from harness.checks import validate
+
+    checked = 0
+    for x in json.loads((out / "advice.json").read_text())["points"]:
+        for where, cmd in x.get("commands", {}).items():
+            keys = _harness_args(cmd)
+            c = compose_config(keys)
+            world = c.pp * c.dp
+            if where == "predicted":
+                assert keys[:1 + len(cluster_keys)] == ["executor=sim", *cluster_keys], keys
+                got = predict(c)
+                assert got.step_time_s == pytest.approx(x["step_time_s"], rel=1e-6), (cmd, x["label"])
+                assert got.memory.peak == pytest.approx(x["peak_bytes_per_gpu"], rel=1e-6), (cmd, x["label"])
+                assert got.point.label() == x["label"]
+            else:
+                per_node = int(shlex.split(cmd)[shlex.split(cmd).index("--nproc-per-node") + 1]) \
+                    if where == "torchrun" else min(world, 8) if where == "slurm" else None
+                validate(c, world if cuda else 0, ranks_here=per_node)  # as torchrun or SLURM place the ranks
+                make_plan(replace(c, executor="sim"))  # and plans as the point (stages, schedule) it names
+            checked += 1
+    return checked
+
+
+def test_every_printed_command_validates_and_reproduces_its_prediction(tmp_path, monkeypatch):
+    """cluster=here with the emulated H200 replay: each top point's command runs here as
+    printed, and with executor=sim reproduces the predicted step and memory."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "advice"
+    assert advise_main(["cluster=here", "+scenario=h200_emulated", "cost.time_scale=2", "--global-batch", "16",
+                        "--gpus", "4", "--pp", "2", "4", "--microbatch-sizes", "1", "2", "--virtual-stages", "2",
+                        "--checkpointing", "off", "--zero", "0", "--out", str(out)]) == 0
+    assert _reproduces(out, ["cluster=here"], cuda=False) == 5 * 2
+
+
+def test_the_70b_example_commands_validate_and_reproduce(tmp_path, monkeypatch):
+    """make advise's example (the derived 70B Llama on 8 x 8 H200) on a slice of its space: the
+    printed commands name the model the profile describes, validate as printed on the 64 GPUs
+    they are for (bf16 counted, B after global_batch, each machine's share), and reproduce."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "advice"
+    assert advise_main(["cluster=h200_8nodes", "profile=data/llama70b_h200_derived_block_profile.json", "dtype=bf16",
+                        "optimizer=adamw", "--global-batch", "512", "--pp", "8", "--microbatch-sizes", "1", "2",
+                        "--virtual-stages", "2", "--out", str(out)]) == 0
+    md = (out / "advice.md").read_text()
+    assert "model=hf" in md and "model.layers=80" in md and "model.hidden=8192" in md
+    assert _reproduces(out, ["cluster=h200_8nodes"], cuda=True) == 5 * 3
 
 
 # -- predictions against runs on this machine ----------------------------------------------
@@ -286,7 +356,7 @@ def test_predictions_hold_on_this_machine_small(tmp_path):
     measured step, and the fastest predicted measured fastest."""
     from harness.advise.validate import validate
 
-    res = validate(load(["cluster=here"]), tmp_path, repeats=1, groups=("emulated",), small=True, log=lambda m: None)
+    res = validate(["cluster=here"], tmp_path, repeats=1, groups=("emulated",), small=True, log=lambda m: None)
     for r in res["points"]:
         assert abs(r["error"]) <= 0.10, r
     rows = sorted(res["points"], key=lambda r: -r["predicted_throughput"])
@@ -305,7 +375,7 @@ def test_predictions_hold_on_the_whole_grid(tmp_path):
     points), and the search's top point measured faster than the grid's median point."""
     from harness.advise.validate import validate
 
-    res = validate(load(["cluster=here"]), tmp_path, log=lambda m: None)
+    res = validate(["cluster=here"], tmp_path, log=lambda m: None)
     for r in res["points"]:
         assert abs(r["error"]) <= 0.10 + 2 * r["measured_se"], r
     assert res["summary"]["emulated"]["spearman_all"] >= 0.9, res["summary"]["emulated"]
@@ -331,7 +401,7 @@ def test_a_point_whose_runs_disagree_runs_again(tmp_path, monkeypatch):
     monkeypatch.setattr(v, "run_point", fake_run)
     host: list[tuple] = []
     monkeypatch.setattr(v, "host_executor", lambda job, d: host.append(job) or 2e-4)
-    res = v.validate(load(["cluster=here"]), tmp_path, repeats=2, groups=("emulated",), small=True, log=lambda m: None)
+    res = v.validate(["cluster=here"], tmp_path, repeats=2, groups=("emulated",), small=True, log=lambda m: None)
     # the host is measured once a round per kind of point in it: three kinds, two rounds, then one
     kinds = {v.executor_point(p) for p in v.SMALL}
     assert len(kinds) == 3 and len(host) == 3 + 3 + 1 and host[-1] == v.executor_point(v.SMALL[0])

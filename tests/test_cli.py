@@ -68,7 +68,8 @@ BAD = [
     (["pp=abc"], "pp=abc: must be an integer"),
     (["pp=[1,2]"], "pp=[1,2]: must be an integer"),
     (["checkpointing=maybe"], "checkpointing=maybe: must be true or false"),
-    (["model.kwargs=3"], "model.kwargs=3: must be a dict"),
+    (["model=custom", "model.kwargs=3"], "model.kwargs=3: must be a dict"),
+    (["model.kwargs=3"], "model.kwargs=3: not a key of model=mlp (it is model=custom's)"),
     (["wandb=3"], "wandb=3: is a group of keys, not a value (set one of them: mode, project, entity)"),
     (["schedule=nope"], "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, gpipe, interleaved_1f1b, zb_h1, zbv)"),
     (["experiment=nope"], "experiment=nope: unknown (allowed: balance, bubble,"),
@@ -88,9 +89,9 @@ BAD = [
     (["schedule=dualpipev", "microbatches=2"], "microbatches=2: dualpipev needs at least 2 * pp = 8"),
     (["microbatches=1000000000"], "microbatches=1000000000: pp=4 x 1 chunks x 1000000000 microbatches x 3 = "
                                   "12,000,000,000 schedule actions, more than 1,000,000 (allowed: microbatches <= 83333)"),
-    (["microbatch_size=1000000000"], "microbatch_size=1000000000: the step's activations"),
-    (["model.hidden=1000000000"], "model.hidden=1000000000: the step's activations"),
-    (["model=gpt", "model.seq=1000000000"], "model.seq=1000000000: the step's activations"),
+    (["microbatch_size=1000000000"], "microbatch_size=1000000000: the activations of this machine's"),
+    (["model.hidden=1000000000"], "model.hidden=1000000000: the activations of this machine's"),
+    (["model=gpt", "model.seq=1000000000"], "model.seq=1000000000: the activations of this machine's"),
     (["model.layers=100000000", "pp=2"], "model.layers=100000000: 6,579,200,000,000 parameters"),
     (["lr=nan"], "lr=nan: must be a finite number"),
     (["timeout_s=nan"], "timeout_s=nan: must be a finite number"),
@@ -191,7 +192,7 @@ def test_copied_configs_equal_composed_ones():
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from harness.config import register
+    from harness.compose import register
     from harness.sweeper import FastComposer
 
     register()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config import ConfigError, validate
+from harness.checks import validate
+from harness.config import ConfigError
 
 
 @pytest.mark.parametrize("overrides,expected", [
@@ -49,11 +50,11 @@ from harness.config import ConfigError, validate
     ({"microbatches": 10**9}, "microbatches=1000000000: pp=4 x 1 chunks x 1000000000 microbatches x 3"),
     ({"schedule.name": "interleaved_1f1b", "virtual_stages": 10**6, "microbatches": 4},
      "virtual_stages=1000000: pp=4 x 1000000 chunks x 4 microbatches x 3"),
-    ({"microbatch_size": 10**9}, "microbatch_size=1000000000: the step's activations"),
-    ({"model.hidden": 10**9}, "model.hidden=1000000000: the step's activations"),
-    ({"model.name": "gpt", "model.seq": 10**9}, "model.seq=1000000000: the step's activations"),
-    ({"model.layers": 10**8, "pp": 2}, "model.layers=100000000: 105,600,000,000 parameters x dp=1 need"),
-    ({"max_processes": 2}, "pp=4 x dp=1: 4 processes, more than max_processes=2"),
+    ({"microbatch_size": 10**9}, "microbatch_size=1000000000: the activations of this machine's 4 ranks"),
+    ({"model.hidden": 10**9}, "model.hidden=1000000000: the activations of this machine's"),
+    ({"model.name": "gpt", "model.seq": 10**9}, "model.seq=1000000000: the activations of this machine's"),
+    ({"model.layers": 10**8, "pp": 2}, "model.layers=100000000: 105,600,000,000 parameters, weights and gradients in fp32"),
+    ({"max_processes": 2}, "pp=4 x dp=1: 4 processes on this machine, more than max_processes=2"),
     ({"fault": "explode@rank0"}, "fault=explode@rank0: expected KIND@rankR,stepS"),
     ({"fault": "raise@rank7,step0"}, "fault=raise@rank7,step0: rank or step outside this run"),
 ])

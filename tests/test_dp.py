@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from harness.config import ConfigError, register
+from harness.compose import register
+from harness.config import ConfigError
 from harness.job import run_job
 from harness.plan import make_plan
 from harness.reference import reference_losses
@@ -94,7 +95,7 @@ def test_a_torchrun_world_of_another_size_is_refused(tmp_path, monkeypatch, run_
 @pytest.mark.parametrize("overrides,expected", [
     ({"dp": 2, "global_batch": 12, "microbatches": 4}, "global_batch=12: must split evenly into dp=2 x microbatches=4"),
     ({"dp": 2, "schedule.name": "zbv"}, "dp=2: schedule=zbv defers weight gradients"),
-    ({"dp": 5}, "pp=4 x dp=5: 20 processes, more than max_processes=16"),
+    ({"dp": 5}, "pp=4 x dp=5: 20 processes on this machine, more than max_processes=16"),
     ({"dp": 2, "device": "cuda"}, "device=cuda: no CUDA device here (use device=cpu or device=auto)"),
 ])
 def test_bad_dp_input_is_one_line(config, overrides, expected):

@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from harness.config import ConfigError, ModelConfig  # noqa: E402
+from harness.config import ConfigError, model_config  # noqa: E402
 from harness.job import run_job  # noqa: E402
 from harness.model import ModelError, get_model  # noqa: E402
 from harness.model.hf import ARCHS, HFModel  # noqa: E402
@@ -29,7 +29,7 @@ KV = {"gpt2": None, "llama": 2, "mistral": 2, "qwen2": 1}  # grouped-query atten
 
 
 def tiny(arch: str, **overrides) -> ModelConfig:
-    return ModelConfig(name="hf", arch=arch, **{**TINY, "kv_heads": KV[arch], **overrides})
+    return model_config("hf", arch=arch, **{**TINY, "kv_heads": KV[arch], **overrides})
 
 
 def hf_loss(hf: nn.Module, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

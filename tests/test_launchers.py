@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from harness.callbacks import SWEEP_LOG, Progress
-from harness.config import register, to_config
+from harness.compose import register, to_config
 from harness.reference import reference_losses
 from harness.result import read
 from harness.runtime.cluster import Resources, master_port, rank_env, spread

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from harness.config import ConfigError, ModelConfig
+from harness.config import model_config as kind_config
 from harness.job import run_job
 from harness.model import MEMBERS, MODELS, Model, ModelError, get_model
 from harness.reference import reference_losses
@@ -34,7 +35,7 @@ SMALL: dict[str, dict] = {
 
 
 def model_config(name: str, **overrides) -> ModelConfig:
-    cfg = ModelConfig(name=name)
+    cfg = kind_config(name)
     for key, value in {**SMALL[name], **overrides}.items():
         setattr(cfg, key.removeprefix("model."), value)
     return cfg
@@ -49,7 +50,7 @@ def test_every_model_provides_the_protocol(name):
     model = get_model(model_config(name))
     assert isinstance(model, Model)
     n = model.num_layers
-    assert n == ModelConfig(**{k.removeprefix("model."): v for k, v in SMALL[name].items()}, name=name).num_layers
+    assert n == get_model(kind_config(name, **{k.removeprefix("model."): v for k, v in SMALL[name].items()})).num_layers
     b = 2
     net = model.build_layers(0, n, seed=0)
     again = model.build_layers(n - 1, n, seed=0)  # layer i is the same whatever the split
@@ -118,7 +119,7 @@ def _factory_file(tmp_path: Path, body: str) -> str:
 
 def test_unknown_model_is_one_line():
     with pytest.raises(ModelError, match=r"^model=resnet: unknown \(allowed: mlp, gpt, hf, custom\)$"):
-        get_model(ModelConfig(name="resnet"))
+        get_model(kind_config("resnet"))
 
 
 def test_model_error_is_a_config_error_and_a_value_error():
@@ -136,7 +137,7 @@ def test_model_error_is_a_config_error_and_a_value_error():
 ])
 def test_custom_target_that_cannot_be_had_is_one_line(target, message):
     with pytest.raises(ModelError, match=message) as e:
-        get_model(ModelConfig(name="custom", target=target))
+        get_model(kind_config("custom", target=target))
     assert "\n" not in str(e.value)
 
 
@@ -157,7 +158,7 @@ def test_custom_factory_returning_a_non_model_names_the_missing_member(tmp_path)
         """)
     with pytest.raises(ModelError, match=r"^model\.target=.*:build: returned a Half without `fwd_flops` "
                                          r"\(a model provides num_layers, build_layer"):
-        get_model(ModelConfig(name="custom", target=target))
+        get_model(kind_config("custom", target=target))
 
 
 def test_custom_layerstack_leaving_a_member_unwritten_names_it(tmp_path):
@@ -170,7 +171,7 @@ def test_custom_layerstack_leaving_a_member_unwritten_names_it(tmp_path):
             return Partial(cfg)
         """)
     with pytest.raises(ModelError, match=r"returned a Partial without `batch`"):
-        get_model(ModelConfig(name="custom", target=target))
+        get_model(kind_config("custom", target=target))
 
 
 @pytest.mark.parametrize("body,message", [
@@ -180,12 +181,12 @@ def test_custom_layerstack_leaving_a_member_unwritten_names_it(tmp_path):
 ])
 def test_custom_factory_failures_are_one_line(tmp_path, body, message):
     with pytest.raises(ModelError, match=message) as e:
-        get_model(ModelConfig(name="custom", target=_factory_file(tmp_path, body)))
+        get_model(kind_config("custom", target=_factory_file(tmp_path, body)))
     assert "\n" not in str(e.value)
 
 
 def test_custom_kwargs_reach_the_factory_and_unknown_ones_are_refused():
-    cfg = ModelConfig(name="custom", target=f"{EXAMPLE}:build", layers=2, hidden=16, kwargs={"classes": 3})
+    cfg = kind_config("custom", target=f"{EXAMPLE}:build", layers=2, hidden=16, kwargs={"classes": 3})
     model = get_model(cfg)
     assert model.build_layers(3, 4, seed=0)[0][1].out_features == 3
     cfg.kwargs = {"classes": 3, "depth": 9}
@@ -199,8 +200,8 @@ def test_custom_module_target_resolves_from_the_current_directory(monkeypatch):
     monkeypatch.chdir(ROOT / "examples")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(ROOT / "examples"))])
     monkeypatch.delitem(sys.modules, "my_model", raising=False)
-    model = get_model(ModelConfig(name="custom", target="my_model:build", layers=3, hidden=8))
-    assert model.num_layers == 5 and ModelConfig(name="custom", target="my_model:build", layers=3).num_layers == 5
+    model = get_model(kind_config("custom", target="my_model:build", layers=3, hidden=8))
+    assert model.num_layers == 5 and get_model(kind_config("custom", target="my_model:build", layers=3)).num_layers == 5
     sys.modules.pop("my_model", None)
 
 

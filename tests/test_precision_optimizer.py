@@ -45,7 +45,8 @@ def test_bad_precision_and_optimizer_input_is_one_line(config):
 
     for overrides, expected in (({"dtype": "fp8"}, "dtype=fp8: unknown (allowed: fp32, bf16, fp16)"),
                                 ({"optimizer.name": "lion"}, "optimizer=lion: unknown (allowed: sgd, adamw)"),
-                                ({"optimizer.betas": [0.9, 1.5]}, "optimizer.betas=[0.9, 1.5]: must be two numbers"),
+                                ({"optimizer.name": "adamw", "optimizer.betas": [0.9, 1.5]},
+                                 "optimizer.betas=[0.9, 1.5]: must be two numbers"),
                                 ({"optimizer.weight_decay": -1.0}, "optimizer.weight_decay=-1.0: must be a finite")):
         with pytest.raises(ConfigError) as err:
             make_plan(config(**overrides))

@@ -3,13 +3,12 @@ search schedule x pp x dp x M x v x checkpointing x ZeRO x placement for a model
 and write advice.json, advice.md and advice.png (harness/advise/__init__.py says how).
 
 Keys are python -m harness's (model=..., model.layers=..., dtype=..., optimizer=..., profile=...,
-cost.time_scale=..., +scenario=...) plus `cluster=<preset>` and `cluster.<key>=<value>`
+cost.time_scale=..., +scenario=...), `cluster=<preset>` and `cluster.<key>=<value>` among them
 (harness/conf/cluster/). A profile with fewer layers than the model (embedding, one block,
 head) is expanded by kind. Examples:
 
   python -m harness.advise cluster=h200_8nodes profile=data/llama70b_h200_derived_block_profile.json \\
-      model=hf model.arch=llama model.layers=80 model.hidden=8192 model.heads=64 model.kv_heads=8 \\
-      model.ffn=28672 model.vocab=128256 model.seq=4096 dtype=bf16 optimizer=adamw --global-batch 512
+      dtype=bf16 optimizer=adamw --global-batch 512
   python -m harness.advise cluster=h200_node profile=data/gpt2_h200_profile.json dtype=bf16 \\
       optimizer=adamw --global-batch 64
   python -m harness.advise cluster=here +scenario=h200_emulated --global-batch 16 --gpus 4
@@ -25,8 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from .cluster import PLACEMENTS, AdviseError, load
-from .search import SCHEDULES, Space, search
+from harness.config import PLACEMENTS
+from harness.schedules.registry import built_in
+
+from .search import AdviseError, Space, search
 
 
 def _bools(v: str) -> tuple[bool, ...]:
@@ -36,12 +37,12 @@ def _bools(v: str) -> tuple[bool, ...]:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness.advise", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("overrides", nargs="*", help="cluster=<preset>, cluster.<key>=<value>, and python -m harness keys")
+    ap.add_argument("overrides", nargs="*", help="python -m harness keys, cluster=<preset> and cluster.<key>=<value>")
     ap.add_argument("--global-batch", type=int, default=None, help="samples per step over all replicas")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default runs/advise/<time>)")
     ap.add_argument("--top", type=int, default=5, help="how many points get run commands")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs a point uses (pp x dp; default: the whole cluster)")
-    ap.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=SCHEDULES)
+    ap.add_argument("--schedules", nargs="+", default=list(built_in()), choices=built_in())
     ap.add_argument("--pp", type=int, nargs="+", default=None)
     ap.add_argument("--dp", type=int, nargs="+", default=None, help="default: gpus / pp")
     ap.add_argument("--microbatch-sizes", type=int, nargs="+", default=None,
@@ -69,28 +70,26 @@ def _progress():
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from .problem import build_problem, split_overrides
+    from .problem import build_problem
     from .report import write
 
     try:
-        mine, user = split_overrides(args.overrides)
-        cluster = load(mine)
         out = args.out or Path("runs/advise") / time.strftime("%Y-%m-%d_%H-%M-%S")
-        problem = build_problem(user, cluster, args.global_batch, out)
+        problem = build_problem(args.overrides, args.global_batch)
         space = Space(schedules=tuple(args.schedules), pp=tuple(args.pp) if args.pp else None,
                       dp=tuple(args.dp) if args.dp else None,
                       microbatch_sizes=tuple(args.microbatch_sizes) if args.microbatch_sizes else None,
                       virtual_stages=tuple(args.virtual_stages), checkpointing=_bools(args.checkpointing),
                       zero=tuple(args.zero), placements=tuple(args.placements), gpus=args.gpus,
                       max_microbatches=args.max_microbatches, max_microbatch_size=args.max_microbatch_size)
-        print(f"harness.advise: {problem.config.model.name} ({problem.num_layers} layers, {problem.config.dtype}, "
-              f"{problem.config.optimizer.name}) on {cluster.summary}, global batch {problem.global_batch}",
-              flush=True)
+        c = problem.config
+        print(f"harness.advise: {c.model.name} ({problem.num_layers} layers, {c.dtype}, {c.optimizer.name}) on "
+              f"{problem.cluster.name}, global batch {problem.global_batch}", flush=True)
         result = search(problem, space, _progress(), args.workers)
     except AdviseError as e:
         print(f"harness.advise: error: {e}", file=sys.stderr)
         return 2
-    paths = write(problem, result, out, user, args.top)
+    paths = write(problem, result, out, args.top)
     best = result.fitting[0]
     k = problem.tokens_per_sample or 1
     print(f"harness.advise: {len(result.predictions):,} points in {result.seconds:.1f} s "

@@ -34,6 +34,7 @@ import socket
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "cluster" / "here.yaml"
@@ -177,10 +178,9 @@ def measure_executor(tmp: Path, repeats: int = 2, log=print) -> dict:
 def executor_job(name: str, pp: int, dp: int, m: int, b: int, d: Path) -> dict:
     """One of the stand-in's emulated jobs: what the executor added to it (per action over the
     modeled cost, posting a send, quick receives, the measured hop, DDP sync) and its step."""
+    from harness.compose import compose_config
     from harness.job import run_job
     from harness.plan import make_plan
-
-    from .problem import compose_config
 
     c = compose_config([*STAND_IN, f"schedule={name}", f"pp={pp}", f"dp={dp}", f"microbatches={m}",
                         f"microbatch_size={b}", "steps=4", "warmup_steps=1"])
@@ -221,11 +221,10 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
                       "bwd_rest_s": t["B_rest"] / L, "microbatches": PROFILE_MICROBATCHES}
         log(f"harness.advise.calibrate: in-run profile B={b}: F {by[str(b)]['fwd_s'] * 1e3:.3f} ms, B "
             f"{by[str(b)]['bwd_s'] * 1e3:.3f} ms per layer")
-    from harness.model import get_model
-    from harness.plan import layer_params
+    from harness.model.built import BuiltModel
 
-    model = get_model(c.model)
-    params = layer_params(model)
+    built = BuiltModel(c.model)
+    model, params = built.model, built.layer_params
     prof = {"device": "cpu (this machine)", "dtype": "torch.float32",
             "measurement": "inside the native executor: python -m harness pp=1 compute=real "
                            f"microbatches={PROFILE_MICROBATCHES}, "
@@ -372,44 +371,36 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
     cost of a receive (each action whose input comes from another rank pays it; a waiting
     consumer's hop is the measured one, so the rest of a hop is it less send and receive) and
     the per-step constant, by least squares of the relative error over that world's jobs."""
-    from omegaconf import OmegaConf
+    from harness.compose import cluster_from_dict, config_from_dict
 
-    from harness.config import Config
+    from .search import predict
 
-    from .cluster import from_dict
-    from .problem import point_for, problem_for
-    from .search import evaluate
+    def step(r: dict, cl) -> float:
+        return predict(replace(config_from_dict(r["config"]), cluster=cl)).step_time_s
 
-    def config(d: dict) -> Config:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), d))  # type: ignore[return-value]
+    def sync(r: dict, cl) -> float:
+        return predict(replace(config_from_dict(r["config"]), cluster=cl)).allreduce_s
 
     runs = executor["runs"]
     tables = {"action_s": _by_world(runs, "action_excess_s"), "send_s": _by_world(runs, "send_s"),
               "recv_s": {}, "hop_s": {},
               "real_fwd_scale": _by_world(real["runs"], "fwd_scale"), "real_bwd_scale": _by_world(real["runs"], "bwd_scale"),
               "step_s": {}, "allreduce_s": {}}
-    cl = from_dict({**base, "overhead": tables})
-    skew = []
-    for r in runs:
-        if r["dp"] > 1 and r["dp_sync_s"] is not None:
-            p = problem_for(config(r["config"]), cl)
-            skew.append({"world": r["world"], "excess": r["dp_sync_s"] - evaluate(p, point_for(p.config)).allreduce_s})
+    cl = cluster_from_dict({**base, "overhead": tables})
+    skew = [{"world": r["world"], "excess": r["dp_sync_s"] - sync(r, cl)} for r in runs
+            if r["dp"] > 1 and r["dp_sync_s"] is not None]
     tables["allreduce_s"] = _by_world(skew, "excess")
-    problems = [(r, problem_for(config(r["config"]), cl)) for r in runs]
     for world in sorted({r["world"] for r in runs}):
-        mine = [(r, p) for r, p in problems if r["world"] == world]
-        hop = statistics.median([r["measured_hop_s"] for r, _ in mine if r["measured_hop_s"] is not None] or [0.0])
+        mine = [r for r in runs if r["world"] == world]
+        hop = statistics.median([r["measured_hop_s"] for r in mine if r["measured_hop_s"] is not None] or [0.0])
         send = tables["send_s"].get(str(world), 0.0)
         best = None
         for k in range(0, 61):  # a receive: 0 .. 6 ms in 0.1 ms
             recv = k * 1e-4
             trial = {**tables, "recv_s": {**tables["recv_s"], str(world): recv},
                      "hop_s": {**tables["hop_s"], str(world): max(0.0, hop - send - recv)}}
-            cw = from_dict({**base, "overhead": trial})
-            pred = []
-            for r, p in mine:
-                p.cluster = cw
-                pred.append((r["step_s"], evaluate(p, point_for(p.config)).step_time_s))
+            cw = cluster_from_dict({**base, "overhead": trial})
+            pred = [(r["step_s"], step(r, cw)) for r in mine]
             const = statistics.median(m - x for m, x in pred)
             err = sum(((x + const) / m - 1) ** 2 for m, x in pred)
             if best is None or err < best[0]:
@@ -418,12 +409,11 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
         tables["recv_s"][str(world)] = recv
         tables["hop_s"][str(world)] = max(0.0, hop - send - recv)
         tables["step_s"][str(world)] = max(0.0, const)
-    cl = from_dict({**base, "overhead": tables})
+    cl = cluster_from_dict({**base, "overhead": tables})
     for r in real["runs"]:  # real compute's worlds (1, 2): their own per-step constant
         if str(r["world"]) in tables["step_s"] and r["world"] > 1:
             continue
-        p = problem_for(config(r["config"]), cl)
-        r["residual_s"] = r["step_s"] - evaluate(p, point_for(p.config)).step_time_s
+        r["residual_s"] = r["step_s"] - step(r, cl)
     tables["step_s"].update({k: v for k, v in _by_world([r for r in real["runs"] if "residual_s" in r],
                                                           "residual_s").items() if k not in tables["step_s"]})
     return tables

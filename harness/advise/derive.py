@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config import ModelConfig
+from harness.config import model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "data" / "gpt2_h200_profile.json"
@@ -42,7 +42,7 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     from harness.model import get_model
 
     gpt2 = json.loads(source.read_text())
-    cfg = ModelConfig(**(model or LLAMA_70B))
+    cfg = model_config(**(model or LLAMA_70B))
     m = get_model(cfg)
     L = m.num_layers
     ref_b = str(max(int(b) for b in gpt2["layers"][1]["by_microbatch"]))

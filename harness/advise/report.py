@@ -9,17 +9,20 @@ import math
 import shlex
 from pathlib import Path
 
-from .cluster import GIB
-from .problem import shown
-from .search import Prediction, Problem, Result
+from harness.config import OVERHEAD_TABLES
+from harness.schedules.registry import SCHEDULES
 
-MAX_PROCESSES_HERE = 16  # Config.max_processes: what python -m harness forks on one machine
+from harness.simulate.links import summary
+
+from .problem import shown
+from .search import GIB, Prediction, Problem, Result
 
 
 def assumptions(p: Problem) -> list[str]:
     cl, c = p.cluster, p.config
+    profiled = c.profile is not None
     out = [
-        f"cluster {cl.name}: {cl.description or cl.summary}; source: {cl.source or 'not stated'}",
+        f"cluster {cl.name}: {cl.description or summary(cl)}; source: {cl.source or 'not stated'}",
         f"memory per GPU: {cl.memory_per_gpu_gib:g} GiB - {cl.memory_reserve_gib:g} GiB reserved = "
         f"{cl.usable_bytes / GIB:.1f} GiB for the model",
         f"point to point: latency + bytes / bandwidth of the link between the two GPUs (intra-node "
@@ -34,33 +37,34 @@ def assumptions(p: Problem) -> list[str]:
         "compute: the profile's per-layer forward and backward seconds at B (linear between measured sizes), "
         f"x cost.time_scale={c.cost.time_scale:g}; split backward I = (1 - w) B, W = w B, "
         f"w = cost.weight_grad_share={c.cost.weight_grad_share:g}"
-        if p.costs.profile is not None else
+        if profiled else
         f"compute: cost.* ({c.cost.fwd_ms_per_layer:g} ms per layer at B={c.cost.at_microbatch_size}, "
         f"{c.cost.fixed_fraction:g} fixed; backward x{c.cost.bwd_over_fwd:g})",
         "checkpointing: the stage's forward runs again inside its backward"
-        + (" (not under compute=emulated: the replay holds B to its modeled cost)" if p.emulated else ""),
-        "stages: partition=profile (min-max of F + B per layer at B)" if p.costs.profile is not None
-        else "stages: equal layer counts (partition=uniform)",
+        + (" (not under compute=emulated: the replay holds B to its modeled cost)" if c.compute == "emulated" else ""),
+        "stages: partition=profile (min-max of F + B per layer at B)" if profiled
+        else f"stages: partition={c.partition.name}",
         f"memory: harness/memory_theory.py (params, grads in {c.dtype}; optimizer {c.optimizer.name}"
         + (" with fp32 masters" if c.dtype != "fp32" else "")
         + "; activations traced per layer"
         + (" on fake tensors (kernels as the CPU's math picks them, not measured on the device)"
            if cl.device != "cpu" else "") + ")",
-        "only points the harness can run: split-backward schedules with dp=1, at most pp x chunks <= layers, "
-        "the schedules' own requirements",
+        "only points the harness can run: each is a harness config, kept only if the harness's own validation "
+        "(harness/checks.py) accepts it; its prediction is python -m harness executor=sim on it (the plan, "
+        "harness/simulate/pricing.py, the simulator, harness/memory_theory.py)",
         "placement (the harness's `placement=` key): pp_inner puts a pipeline on consecutive GPUs (its "
         "messages inside a node, data-parallel all-reduces across nodes), dp_inner a stage's replicas "
         "(all-reduces inside a node, pipeline messages across)",
     ]
-    if cl.overhead.any():
-        o = cl.overhead
+    o = cl.overhead
+    if any(getattr(o, k) for k in OVERHEAD_TABLES):
         out.append(f"executor overhead (measured by calibrate.py, by ranks on the host): seconds per emulated action "
                    f"{o.action_s}, posting a send {o.send_s}, a receive already arrived {o.recv_s}, the rest of a hop "
                    f"{o.hop_s}, a gradient sync beyond the ring model {o.allreduce_s}, per step {o.step_s}; real "
                    f"compute's F and B over the profile's x{o.real_fwd_scale}, x{o.real_bwd_scale}")
     else:
         out.append("executor overhead: none modeled (not measured on this cluster)")
-    return out + list(p.notes) + sorted(set(p.costs.notes))
+    return out + list(p.notes)
 
 
 def _value(v: object) -> str:
@@ -69,18 +73,15 @@ def _value(v: object) -> str:
     return str(v)
 
 
-def run_overrides(p: Problem, x: Prediction, user: list[str]) -> list[str]:
-    """The harness keys that run this point: the user's own (model, dtype, optimizer, cost.*),
-    the profile and its partition, the global batch and the point's keys."""
+def run_overrides(p: Problem, x: Prediction) -> list[str]:
+    """The harness keys that run this point: the problem's (the user's model, dtype, optimizer,
+    cost.*, the profile's model, profile and partition, the compute mode), the global batch and
+    the point's keys."""
     o = x.point.overrides()
-    keys = [k for k in user if k.lstrip("+~").split("=", 1)[0] not in
-            ("schedule", "pp", "dp", "microbatches", "microbatch_size", "virtual_stages", "checkpointing", "zero",
-             "global_batch", "profile", "partition", "placement")]
-    if p.costs.profile is not None:
-        keys += [f"profile={shown(p.costs.path)}", "partition=profile"]
+    keys = list(p.overrides)
     keys += [f"schedule={o['schedule']}", f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}",
              f"global_batch={p.global_batch}"]
-    if o["schedule"] == "interleaved_1f1b":
+    if SCHEDULES[x.point.schedule].reads_virtual_stages:
         keys.append(f"virtual_stages={o['virtual_stages']}")
     keys += [f"checkpointing={_value(o['checkpointing'])}", f"zero={o['zero']}"]
     if o["placement"] != "pp_inner":
@@ -88,53 +89,54 @@ def run_overrides(p: Problem, x: Prediction, user: list[str]) -> list[str]:
     return keys
 
 
-def commands(p: Problem, x: Prediction, user: list[str]) -> dict[str, str]:
+def cluster_overrides(p: Problem) -> list[str]:
+    """What selects the cluster the point was priced on: its preset and the user's cluster.* keys."""
+    return p.cluster_keys
+
+
+def commands(p: Problem, x: Prediction) -> dict[str, str]:
     """How to run the point for real: on this machine (python -m harness), or at scale
-    (torchrun per node, or the SLURM launcher), and, for a GPU cluster small enough, as an
-    emulated replay of the profile on CPU."""
-    keys = run_overrides(p, x, user)
+    (torchrun per node, or the SLURM launcher); and how to reproduce its prediction (the same
+    keys with executor=sim on the cluster it was priced on)."""
+    keys = run_overrides(p, x)
     cl = p.cluster
     world = x.point.pp * x.point.dp
     q = " ".join(shlex.quote(k) for k in keys)
     out: dict[str, str] = {}
     if cl.device == "cpu":
         out["here"] = f"python -m harness {q}"
-        return out
-    nodes = math.ceil(world / cl.gpus_per_node)
-    per_node = min(world, cl.gpus_per_node)
-    out["torchrun"] = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
-                       f"--rdzv-endpoint $HEAD:29500 -m harness device=cuda compute=real {q}")
-    out["slurm"] = (f"python -m harness -m hydra/launcher=slurm hydra.launcher.gpus_per_node={cl.gpus_per_node} "
-                    f"device=cuda compute=real {q}")
-    if world <= MAX_PROCESSES_HERE and p.costs.profile is not None and p.config.model.name in ("gpt", "hf"):
-        # a tiny stand-in GPT with the same layers replays the profile's times on CPU, scaled to ~1 s a step
-        scale = min(1.0, 1.0 / max(x.step_time_s, 1e-9))
-        stand_in = [k for k in keys if not k.lstrip("+~").startswith(("model", "dtype", "optimizer"))]
-        out["emulated_here"] = ("python -m harness +scenario=h200_emulated " + " ".join(shlex.quote(k) for k in stand_in)
-                                + f" model.layers={p.num_layers - 2} cost.time_scale={scale:.3g}")
+    else:
+        nodes = math.ceil(world / cl.gpus_per_node)
+        per_node = min(world, cl.gpus_per_node)
+        out["torchrun"] = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
+                           f"--rdzv-endpoint $HEAD:29500 -m harness device=cuda {q}")
+        out["slurm"] = (f"python -m harness -m hydra/launcher=slurm hydra.launcher.gpus_per_node={cl.gpus_per_node} "
+                        f"device=cuda {q}")
+    out["predicted"] = "python -m harness executor=sim " + " ".join(shlex.quote(k) for k in cluster_overrides(p)) \
+        + (" device=cuda " if cl.device == "cuda" else " ") + q
     return out
 
 
-def to_json(p: Problem, r: Result, user: list[str], top: int) -> dict:
+def to_json(p: Problem, r: Result, top: int) -> dict:
     pts = []
     for x in r.predictions:
         d = x.as_dict(p.tokens_per_sample)
         d["overrides"] = {**d["overrides"], "global_batch": p.global_batch}
         if x.rank is not None and x.rank <= top:
-            d["commands"] = commands(p, x, user)
+            d["commands"] = commands(p, x)
         pts.append(d)
     cl = p.cluster
     return {
         "cluster": {"name": cl.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
                     "usable_bytes_per_gpu": cl.usable_bytes, "source": cl.source},
         "model": {"name": p.config.model.name, "layers": p.num_layers, "dtype": p.config.dtype,
-                  "optimizer": p.config.optimizer.name, "profile": shown(p.costs.path) if p.costs.path else None},
+                  "optimizer": p.config.optimizer.name, "profile": shown(p.config.profile) if p.config.profile else None},
         "global_batch": p.global_batch,
         "search": {"points": len(r.predictions), "fit": len(r.fitting), "seconds": r.seconds,
                    "points_per_s": len(r.predictions) / r.seconds if r.seconds else None,
                    "left_out": r.dropped, "left_out_examples": r.examples},
         "assumptions": assumptions(p),
-        "user_overrides": user,
+        "overrides": p.overrides,
         "points": pts,
     }
 
@@ -143,7 +145,7 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def to_markdown(p: Problem, r: Result, user: list[str], top: int, figure: str | None) -> str:
+def to_markdown(p: Problem, r: Result, top: int, figure: str | None) -> str:
     fit = r.fitting
     best = fit[0]
     unit = "tokens/s" if p.tokens_per_sample else "samples/s"
@@ -179,10 +181,12 @@ def to_markdown(p: Problem, r: Result, user: list[str], top: int, figure: str | 
     lines += ["", f"The smallest fitting point: {row(smallest)[1:].split('|')[1].strip()} at "
                   f"{smallest.memory.peak / GIB:.1f} GiB, {smallest.throughput_samples_s / best.throughput_samples_s:.0%} "
                   "of the best's throughput."]
-    lines += ["", "## Run them", ""]
+    lines += ["", "## Run them", "",
+              "Each point's `predicted` command is the same keys on the simulator: it prints the step and memory "
+              "above (python -m harness executor=sim is what the search ran on every point).", ""]
     for x in fit[:top]:
         lines.append(f"{x.rank}. {x.point.label()}")
-        for where, cmd in commands(p, x, user).items():
+        for where, cmd in commands(p, x).items():
             lines += [f"   - {where}:", "", f"     ```bash\n     {cmd}\n     ```"]
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in assumptions(p)]
     if r.dropped:
@@ -235,10 +239,10 @@ def figure(p: Problem, r: Result, path: Path) -> None:
     plt.close(fig)
 
 
-def write(p: Problem, r: Result, out: Path, user: list[str], top: int) -> dict[str, Path]:
+def write(p: Problem, r: Result, out: Path, top: int) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "advice.json", "md": out / "advice.md", "png": out / "advice.png"}
-    paths["json"].write_text(json.dumps(to_json(p, r, user, top), indent=1))
+    paths["json"].write_text(json.dumps(to_json(p, r, top), indent=1))
     figure(p, r, paths["png"])
-    paths["md"].write_text(to_markdown(p, r, user, top, paths["png"].name))
+    paths["md"].write_text(to_markdown(p, r, top, paths["png"].name))
     return paths

@@ -34,10 +34,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from harness.config import Config
+
 from .calibrate import REAL_MLP, REAL_SIZES, STAND_IN, load_average
-from .cluster import AdviseError, ClusterConfig, load
-from .profiles import LayerCosts
-from .search import Point, Space, evaluate, search
+from .search import AdviseError, Point, Problem, Space, predict, search
 
 EMULATED_OVERRIDES = STAND_IN  # the H200 profile x cost.time_scale: the stand-in's real math stays inside each action
 EMULATED_BATCH = 16
@@ -100,15 +100,12 @@ def robust_se(runs: list[float]) -> float:
     return 1.4826 * mad / len(runs) ** 0.5 / m
 
 
-def _config(problem, pt: Point):
-    """The harness Config that runs `pt` (the problem's config with the point's keys; real
-    compute, noisier, REAL_STEPS measured steps)."""
-    c = problem.config
-    c = replace(c, schedule=replace(c.schedule, name=pt.schedule), pp=pt.pp, dp=pt.dp, microbatches=pt.microbatches,
-                microbatch_size=pt.microbatch_size, virtual_stages=pt.virtual_stages, checkpointing=pt.checkpointing,
-                zero=pt.zero, global_batch=None, steps=REAL_STEPS if c.compute == "real" else 4, warmup_steps=1,
-                timeout_s=300.0)
-    return c
+def _config(problem: Problem, pt: Point) -> Config:
+    """The harness Config that runs `pt` for real (the point's config on the native executor;
+    real compute, noisier, REAL_STEPS measured steps)."""
+    c = pt.config(problem.config)
+    return replace(c, executor="native", steps=REAL_STEPS if c.compute == "real" else 4, warmup_steps=1,
+                   timeout_s=300.0)
 
 
 def host_profile(b: int, worlds: set[int], work: Path) -> tuple[Path, dict[int, dict]]:
@@ -142,30 +139,31 @@ def host_executor(job: tuple, work: Path) -> float:
     return executor_job(*job, work)["action_excess_s"]
 
 
-def priced_executor(problem, pt: Point, excess: list[float]):
-    """An emulated point's problem with the executor's per-action cost measured in the rounds of
-    the validation (the median of them)."""
+def priced_executor(problem: Problem, pt: Point, excess: list[float]) -> Config:
+    """An emulated point's config with the executor's per-action cost measured in the rounds of
+    the validation (the median of them) in its cluster."""
+    c = pt.config(problem.config)
     o = problem.cluster.overhead
     o = replace(o, action_s={**o.action_s, str(pt.pp * pt.dp): statistics.median(excess)})
-    return replace(problem, cluster=replace(problem.cluster, overhead=o))
+    return replace(c, cluster=replace(problem.cluster, overhead=o))
 
 
-def priced_real(problem, paths: list[Path], scales: list[dict], work: Path, microbatches: int):
-    """A real point's problem priced on what was measured in the rounds of the validation: the
+def priced_real(problem: Problem, pt: Point, paths: list[Path], scales: list[dict], work: Path) -> Config:
+    """A real point's config priced on what was measured in the rounds of the validation: the
     median of the profiles at its B, its mean B at its own M (a step's first backward creates
     the gradients, the others add into them: calibrate.step_medians), and the median
     slow-down of its ranks (1 for one rank: the profile is that rank alone), as its measured
     step is the median of its runs' steps."""
     work.mkdir(parents=True, exist_ok=True)
-    path = median_profile(paths, work / "mlp_inrun_profile.json", microbatches)
-    costs = LayerCosts(problem.config, problem.num_layers, json.loads(path.read_text()), str(path))
+    path = median_profile(paths, work / "mlp_inrun_profile.json", pt.microbatches)
     o = problem.cluster.overhead
     for key, name in (("fwd_scale", "real_fwd_scale"), ("bwd_scale", "real_bwd_scale")):
         table = {**getattr(o, name), "1": 1.0}
         for world in sorted({s["world"] for s in scales}):
             table[str(world)] = statistics.median(s[key] for s in scales if s["world"] == world)
         o = replace(o, **{name: table})
-    return replace(problem, costs=costs, cluster=replace(problem.cluster, overhead=o))
+    return replace(pt.config(problem.config), profile=str(path.resolve()),
+                   cluster=replace(problem.cluster, overhead=o))
 
 
 def median_profile(paths: list[Path], out: Path, microbatches: int) -> Path:
@@ -218,10 +216,10 @@ def tied_ranks(values: list[float], resolution: float) -> list[float]:
     return ranks
 
 
-def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[str, ...] = ("emulated", "real"),
+def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str, ...] = ("emulated", "real"),
              small: bool = False, log=print, work: Path | None = None, real_repeats: int = REAL_REPEATS) -> dict:
     """The table, figure and summary into `out`; the runs (records, traces) into `work`
-    (default out/runs).
+    (default out/runs). `cluster`: the keys of the cluster the points are priced on (cluster=here).
 
     Each round runs every point due once (so drift over the minutes hits every point alike),
     after measuring what the host moves for each kind of point in it (an emulated point's
@@ -237,14 +235,14 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
     t0 = time.time()
     grids: dict[str, tuple[object, list[Point]]] = {}
     if "emulated" in groups:
-        problem = build_problem(EMULATED_OVERRIDES, cluster, EMULATED_BATCH, work)
+        problem = build_problem([*EMULATED_OVERRIDES, *cluster], EMULATED_BATCH)
         pts = list(SMALL) if small else [x.point for x in search(problem, EMULATED_SPACE).fitting]
         grids["emulated"] = (problem, pts)
     if "real" in groups and not small:
         from .calibrate import inrun_profile
 
         first = inrun_profile(work / "grid_profile.json", work / "grid_profile", REAL_B, lambda m: None)
-        problem = build_problem([*REAL_MODEL, f"profile={first}"], cluster, REAL_BATCH, work)
+        problem = build_problem([*REAL_MODEL, f"profile={first}", *cluster], REAL_BATCH)
         grids["real"] = (problem, [x.point for x in search(problem, REAL_SPACE).fitting])
     steps: dict[tuple[str, Point], list[float]] = {}
     per_run: dict[tuple[str, Point], list[float]] = {}
@@ -304,13 +302,12 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             # priced on what the rounds measured of the host
             if group == "real":
                 host = profiles[pt.microbatch_size]
-                problem = priced_real(grids["real"][0], host,
-                                      slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
-                                      work / f"real_{i:02d}", pt.microbatches)
+                priced = priced_real(problem, pt, host, slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
+                                     work / f"real_{i:02d}")
             else:
                 host = executor[executor_point(pt)]
-                problem = priced_executor(grids["emulated"][0], pt, host)
-            step, m = evaluate(problem, pt).step_time_s, statistics.median(steps[(group, pt)])
+                priced = priced_executor(problem, pt, host)
+            step, m = predict(priced, problem.model).step_time_s, statistics.median(steps[(group, pt)])
             reps = per_run[(group, pt)]
             se = robust_se(reps)
             rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
@@ -345,13 +342,14 @@ def validate(cluster: ClusterConfig, out: Path, repeats: int = 2, groups: tuple[
             "top_point": grid[0]["point"], "top_measured_throughput": grid[0]["measured_throughput"],
             "median_point": median["point"], "median_measured_throughput": median["measured_throughput"],
         }
-    result = {"cluster": cluster.name, "cluster_source": cluster.source, "repeats": {g: times[g] for g in grids},
+    priced_on = next(iter(grids.values()))[0].cluster
+    result = {"cluster": priced_on.name, "cluster_source": priced_on.source, "repeats": {g: times[g] for g in grids},
               "small": small,
               "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": load_average(),
               "summary": summary, "points": rows}
     (out / "validation.json").write_text(json.dumps(result, indent=1))
     figure(rows, out / "validation.png")
-    (out / "validation.md").write_text(markdown(result, cluster))
+    (out / "validation.md").write_text(markdown(result))
     return result
 
 
@@ -384,9 +382,10 @@ def figure(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def markdown(res: dict, cluster: ClusterConfig) -> str:
+def markdown(res: dict) -> str:
     lines = ["# Predicted against measured (cluster=here)", "",
-             f"Regenerate: `make advise-validate` (`python -m harness.advise.validate`; cluster {cluster.name}: {cluster.source}). "
+             f"Regenerate: `make advise-validate` (`python -m harness.advise.validate`; cluster {res['cluster']}: "
+             f"{res['cluster_source']}). "
              f"Runs per point, interleaved: {', '.join(f'{g} {n}' for g, n in res['repeats'].items())}, and up to "
              f"{', '.join(f'{g} {MAX_RUNS[g]}' for g in res['repeats'])} where a point's runs disagreed (a standard "
              f"error over {', '.join(f'{g} {SETTLED_SE[g]:.1%}' for g in res['repeats'])}); "
@@ -429,8 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help=f"only {len(SMALL)} emulated points")
     args = ap.parse_args(argv)
     try:
-        cluster = load(args.overrides)
-        res = validate(cluster, args.out, args.repeats, tuple(args.groups), args.small,
+        res = validate(args.overrides, args.out, args.repeats, tuple(args.groups), args.small,
                        lambda m: print(m, flush=True), args.work, args.real_repeats)
     except AdviseError as e:
         print(f"harness.advise.validate: error: {e}", file=sys.stderr)

@@ -14,6 +14,7 @@ not measured themselves, so a run's record says its replay came from an expansio
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -74,24 +75,93 @@ def _check_times(by: dict, key: str, i: int) -> None:
                                    "number >= 0)")
 
 
-def load_profile(path: str | Path, microbatch_size: int, num_layers: int,
-                 notes: list[str] | None = None) -> list[LayerCost]:
-    """Per-layer costs at `microbatch_size`; ProfileError naming what is wrong. Sizes the
-    profile did not measure are interpolated, or extrapolated with a line in `notes`."""
+def read_profile(path: str | Path) -> dict:
+    """The profile JSON (parsed once per file version: a sweep's jobs and the planner's points
+    read it many times); ProfileError naming what is wrong."""
     key = f"profile={path}"
     try:
-        data = json.loads(Path(path).read_text())
-        layers = data["layers"]
-        if not isinstance(layers, list):
+        st = Path(path).stat()
+        data = _parsed(str(path), st.st_mtime_ns, st.st_size)
+        if not isinstance(data.get("layers"), list):
             raise TypeError("'layers' is not a list")
     except FileNotFoundError:
         raise ProfileError(f"{key}: no such file") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ProfileError(f"{key}: not a profile JSON ({type(e).__name__}: {e}); "
                            "write one with `python -m harness.profile`") from None
-    if len(layers) != num_layers:
-        raise ProfileError(f"{key}: {len(layers)} layers, the model has {num_layers} "
-                           "(set model.layers to match, or profile this model)")
+    return data
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: str, mtime_ns: int, size: int) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def profile_model(data: dict) -> dict | None:
+    """The model a profile describes, as model.* keys, when it says: harness.profile's
+    "model"."config", or GPT-2-style keys (vocab, seq, d_model, heads, blocks) for model=gpt."""
+    m = data.get("model") or {}
+    if isinstance(m.get("config"), dict):
+        return dict(m["config"])
+    if all(k in m for k in ("vocab", "seq", "d_model", "heads", "blocks")):
+        return {"name": "gpt", "layers": int(m["blocks"]), "hidden": int(m["d_model"]), "heads": int(m["heads"]),
+                "seq": int(m["seq"]), "vocab": int(m["vocab"])}
+    return None
+
+
+def expand(data: dict, kinds: tuple[str, ...] | int, path: str | Path) -> list[dict]:
+    """The profile's layers for a model of `kinds` layers (or that many, not expanded): its own
+    when it has as many, else (a one-block profile: embedding, one block, head) each model
+    layer takes the first profile layer of its kind, marked "copied_from" (what
+    `python -m harness.profile --blocks` writes)."""
+    layers = data["layers"]
+    n = kinds if isinstance(kinds, int) else len(kinds)
+    if len(layers) == n:
+        return layers
+    by_kind: dict[str, dict] = {}
+    for lay in layers:
+        if isinstance(lay, dict) and "kind" in lay:
+            by_kind.setdefault(str(lay["kind"]), lay)
+    missing = sorted(set(kinds) - set(by_kind)) if not isinstance(kinds, int) else ["?"]
+    if missing:
+        raise ProfileError(f"profile={path}: {len(layers)} layers, the model has {n} "
+                           + (f"and no profile layer of kind {', '.join(missing)} to expand from " if by_kind and
+                              not isinstance(kinds, int) else "")
+                           + "(set model.layers to match, or profile this model)")
+    out = []
+    for i, k in enumerate(kinds):
+        src = by_kind[k]
+        lay = {name: val for name, val in src.items() if name not in ("index", "measured", "copied_from")}
+        lay.update(index=i, measured=False, copied_from=int(src.get("index", layers.index(src))))
+        out.append(lay)
+    return out
+
+
+def load_profile(path: str | Path, microbatch_size: int, kinds: tuple[str, ...] | int,
+                 notes: list[str] | None = None) -> list[LayerCost]:
+    """Per-layer costs at `microbatch_size` for a model whose layers are of `kinds` (or that
+    many layers, not expanded); ProfileError naming what is wrong. A profile with fewer layers
+    (one block) is expanded by kind (`expand`); sizes it did not measure are interpolated, or
+    extrapolated with a line in `notes`. Computed once per file version, size and model (a
+    sweep's jobs and the planner's points ask again and again)."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        raise ProfileError(f"profile={path}: no such file") from None
+    except OSError as e:
+        raise ProfileError(f"profile={path}: not a profile JSON ({type(e).__name__}: {e})") from None
+    layers, said = _load(str(path), st.st_mtime_ns, st.st_size, microbatch_size, kinds)
+    if notes is not None:
+        notes.extend(said)
+    return list(layers)
+
+
+@functools.lru_cache(maxsize=256)
+def _load(path: str, mtime_ns: int, size: int, microbatch_size: int,
+          kinds: tuple[str, ...] | int) -> tuple[tuple[LayerCost, ...], tuple[str, ...]]:
+    key = f"profile={path}"
+    notes: list[str] = []
+    layers = expand(read_profile(path), kinds, path)
     out, extrapolated = [], False
     for i, layer in enumerate(layers):
         try:
@@ -109,15 +179,14 @@ def load_profile(path: str | Path, microbatch_size: int, num_layers: int,
             raise
         except (KeyError, TypeError, ValueError) as e:
             raise ProfileError(f"{key}: layer {i} is malformed ({type(e).__name__}: {e})") from None
-    if extrapolated and notes is not None:
+    if extrapolated:
         sizes = ", ".join(sorted(layers[0]["by_microbatch"], key=int))
         notes.append(f"{key}: microbatch_size={microbatch_size} is outside the measured sizes ({sizes}): "
                      "its times are extrapolated linearly")
-    if notes is not None:
-        note = _expansion_note(layers)
-        if note:
-            notes.append(f"{key}: {note}")
-    return out
+    note = _expansion_note(layers)
+    if note:
+        notes.append(f"{key}: {note}")
+    return tuple(out), tuple(notes)
 
 
 def _expansion_note(layers: list) -> str | None:

@@ -150,20 +150,26 @@ def world_cuda_devices(local: int, environ: Mapping[str, str] = os.environ) -> i
     return local * math.ceil(world / per_node)
 
 
-def point_cuda_devices(cfg: DictConfig) -> int | None:
-    """For planning a sweep point on the launching side (harness/sweeper.py): the GPUs its
-    SLURM allocation gives its ranks (nodes x GPUs asked per node) under hydra/launcher=slurm
-    or submitit_slurm, or None where its jobs run on this machine (count this machine's). A
-    login node without GPUs then plans device=cuda points as they will run."""
+def point_resources(cfg: DictConfig) -> Resources | None:
+    """For planning a sweep point on the launching side (harness/sweeper.py): what its SLURM
+    allocation gives it (nodes, tasks and GPUs per node) under hydra/launcher=slurm or
+    submitit_slurm, or None where its jobs run on this machine. A login node without GPUs then
+    plans device=cuda points as they will run."""
     if OmegaConf.select(cfg, "hydra.launcher._target_", default=None) != SlurmConf._target_:
         return None
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     params.pop("_target_", None)
     try:
-        r = SlurmLauncher(**params).resources(int(cfg.pp), int(cfg.dp), str(cfg.device))
+        return SlurmLauncher(**params).resources(int(cfg.pp), int(cfg.dp), str(cfg.device))
     except ValueError:
         return None  # cannot be placed: the launcher says so before submitting anything
-    return r.nodes * r.gpus_per_node
+
+
+def point_cuda_devices(cfg: DictConfig) -> int | None:
+    """The GPUs a sweep point's SLURM allocation gives its ranks (nodes x GPUs per node), or None
+    where its jobs run on this machine (count this machine's)."""
+    r = point_resources(cfg)
+    return None if r is None else r.nodes * r.gpus_per_node
 
 
 def job_dir(cfg: DictConfig) -> Path:

@@ -8,9 +8,9 @@ import queue
 import signal
 import socket
 import time
-from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Any, Callable
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -19,33 +19,12 @@ from harness.config import ConfigError
 from harness.plan import Plan
 from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.runtime.groups import Layout
-from harness.runtime.loop import RankReport, one_line, pooled_worker_main, run_rank, worker_main
-from harness.trace import Event, Trace
+from harness.execution import RankReport
+from harness.runtime.loop import one_line, pooled_worker_main, run_rank, worker_main
 
 
 class WorkerError(RuntimeError):
     """A rank failed, died or timed out; str() names the rank and the first error."""
-
-
-@dataclass
-class Execution:
-    """What an executor hands to the metrics, from processes or from the simulator."""
-    trace: Trace  # seconds from the run's first event
-    ranks: int  # ranks the trace holds (executor=sim: one pipeline stands for every replica)
-    memory: list[tuple[int, int, float, int]]  # (rank, step, s, live activation bytes)
-    losses: list[float] | None  # the global batch's loss per step, warm-up included
-    reports: list[RankReport]  # per global rank; empty without processes
-
-
-def from_reports(reports: list[RankReport]) -> Execution:
-    """Every rank's raw ns timestamps onto one timeline starting at 0 (one host, one clock);
-    each replica's last stage reports its shard's loss, the global batch's is their mean."""
-    origin = min(e[6] for r in reports for e in r.events)
-    trace = [Event(r.rank, *e[:6], (e[6] - origin) / 1e9, (e[7] - origin) / 1e9) for r in reports for e in r.events]
-    memory = [(r.rank, step, (t - origin) / 1e9, b) for r in reports for step, t, b in (r.memory or [])]
-    per_replica = [r.losses for r in reports if r.losses is not None]
-    losses = [sum(step) / len(per_replica) for step in zip(*per_replica)] if per_replica else None
-    return Execution(trace, len(reports), memory, losses, reports)
 
 
 def _death(rank: int, exitcode: int) -> str:
@@ -133,6 +112,27 @@ class RankPool:
         self.inboxes[rank].put((self.store.port, f"job{self.jobs}/", plan, runner))
 
 
+_SHARED: ContextVar[RankPool | None] = ContextVar("harness_rank_pool", default=None)
+
+
+@contextmanager
+def sharing(pool: RankPool | None) -> Iterator[None]:
+    """Jobs run in this context share `pool`'s rank processes (a sweep's, harness/sweeper.py);
+    its processes end when the context does."""
+    token = _SHARED.set(pool)
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+        if pool is not None:
+            pool.close()
+
+
+def shared_pool() -> RankPool | None:
+    """The pool a job here may run on (None outside a sweep's `sharing`)."""
+    return _SHARED.get()
+
+
 def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
                   started: Callable[[list[int]], None] | None = None,
                   later: ExitStack | None = None, pool: RankPool | None = None) -> list[RankReport]:
@@ -143,11 +143,10 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
     exit, ~50 ms). Their pids are appended to `pids`, and `started(pids)` is told once all
     have started. With a `pool` that serves the plan, its processes run the job and stay for
     the next (RankPool)."""
-    from harness.model import get_model
 
     # what every rank imports, imported once in the forkserver (a model may bring transformers)
     preload = ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0], "harness.runtime.warm",
-               *getattr(get_model(plan.config.model), "preload", ())]
+               *getattr(plan.model.model, "preload", ())]
     ctx = _context(plan.config.start_method, preload)
     fault = parse_fault(plan.config.fault)
     pooled = pool is not None and pool.serves(plan)

@@ -18,7 +18,6 @@ from datetime import timedelta
 from multiprocessing.queues import Queue
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); the forkserver pays once
 import torch.distributed as dist
@@ -29,7 +28,8 @@ from harness.precision import Precision
 from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
 from harness.runtime.orphans import die_with_parent
-from harness.runtime.tracer import RawEvent, Tracer, clock_for
+from harness.execution import RankReport
+from harness.runtime.tracer import Tracer, clock_for
 from harness.trace import COMPUTE
 
 
@@ -66,24 +66,6 @@ class Runner(Protocol):
 
     def step_memory(self) -> StepMemory | None:
         """The step's activation memory, or None where this runner cannot meter it."""
-
-
-@dataclass
-class RankReport:
-    rank: int
-    events: list[RawEvent]
-    losses: list[float] | None  # every step's, warm-up included; None off the last stage
-    memory: list[tuple[int, int, int]] | None = None  # (step, ns, live activation bytes)
-    peak_activation_bytes: int | None = None
-    activation_bytes_per_microbatch: float | None = None  # one (stage, microbatch)'s; with chunks one chunk's
-    # last step's accumulated gradients (verify_grads=true); numpy, not tensors: torch's
-    # queue pickling shares tensor memory by file descriptor, which dies with the worker
-    grads: dict[str, np.ndarray] | None = None
-    cuda_max_memory_allocated: int | None = None
-    # bytes held by the rank, largest over measured steps: params, grads, optimizer, activations,
-    # peak (the accounted transient peak); a part this runner cannot meter is None
-    memory_breakdown: dict[str, int | None] | None = None
-    cuda_memory: dict[str, int] | None = None  # torch.cuda's allocated, reserved, max allocated
 
 
 def named_gradients(plan: Plan, layers_by_stage: dict[int, torch.nn.Module]) -> dict[str, torch.Tensor]:

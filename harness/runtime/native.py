@@ -18,7 +18,6 @@ from typing import Hashable
 import torch
 from torch import nn
 
-from harness.model import get_model
 from harness.model.checkpoint import CheckpointedStage
 from harness.model.split_linear import WeightGradStore, attach_store
 from harness.runtime.emulate import Emulator
@@ -37,7 +36,7 @@ class NativeRunner:
         plan, c, device = ctx.plan, ctx.plan.config, ctx.device
         self.plan, self.device, self.tracer = plan, device, ctx.tracer
         self.prank, self.replica = ctx.layout.pipeline_rank(ctx.rank), ctx.layout.replica(ctx.rank)
-        self.model = get_model(c.model)
+        self.model = plan.model.model
         self.actions: list[Action] = plan.schedule[self.prank]
         self.last_stage = len(plan.stage_layers) - 1
         self.store = WeightGradStore()
@@ -45,8 +44,7 @@ class NativeRunner:
         self.precision = Precision(c.dtype)
         for s, r in plan.stage_rank.items():
             if r == self.prank:
-                self.layers[s] = self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(
-                    device=device, dtype=self.precision.dtype)
+                self.layers[s] = plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
                 attach_store(self.layers[s], self.store)
         self.meter = MemoryMeter(self.parameters())
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
@@ -70,8 +68,10 @@ class NativeRunner:
         self.microbatch_bytes: list[int] = []
         # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/memory_theory.py)
-        self.recompute = max((stage_activations(plan, s).recompute for s in self.layers), default=0) \
-            if c.checkpointing else 0
+        self.recompute = 0
+        if c.checkpointing:
+            acts = stage_activations(plan.memory(), c, plan.stage_layers)
+            self.recompute = max(acts[s].recompute for s in self.layers)
 
     def parameters(self) -> list[torch.Tensor]:
         return [p for m in self.layers.values() for p in m.parameters()]

@@ -32,7 +32,6 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as torch_schedules
 
 from harness import compat
-from harness.model import get_model
 from harness.model.checkpoint import CheckpointedStage
 from harness.plan import Plan
 from harness.precision import Precision
@@ -178,14 +177,14 @@ class PeerRunner:
     def __init__(self, ctx: RankContext):
         plan, c, device = ctx.plan, ctx.plan.config, ctx.device
         self.plan, self.device, self.rank, self.tracer = plan, device, ctx.rank, ctx.tracer
-        self.model = get_model(c.model)
+        self.model = plan.model.model
         self.timeline = Timeline(plan, ctx.tracer, Emulator(plan.emulated_cost if c.compute == "emulated" else None,
                                                             device))
         # built exactly as natively (layer i from seed (seed, i)), without the WeightGradStore:
         # torch splits I and W itself
         self.precision = Precision(c.dtype)
         self.layers: dict[int, nn.Module] = {
-            s: self.model.build_layers(*plan.stage_layers[s], seed=c.seed).to(device=device, dtype=self.precision.dtype)
+            s: plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
             for s, r in sorted(plan.stage_rank.items()) if r == ctx.rank}
         modules = {s: CheckpointedStage(m, c.checkpoint_every, lambda key, t: None, self.timeline.timed_recompute)
                    if c.checkpointing else m for s, m in self.layers.items()}

@@ -37,16 +37,16 @@ def _build_all(name: str, pp: int, m: int, csv_path: str | None, schedule: Sched
 
 def check(c) -> str | None:
     """One line saying what torch refuses, or None."""
-    name, pp, m = c.schedule.name, c.pp, c.microbatches
+    name, pp, m, path = c.schedule.name, c.pp, c.microbatches, getattr(c.schedule, "csv_path", None)
     if name != "csv" and spec(name).torch_class is None:
         return (f"schedule={name}: executor=pytorch runs torch's own schedule classes and {name} has none "
                 "(allowed: executor=native, or its exported CSV with schedule=csv)")
     try:
-        ours = read_csv(c.schedule.csv_path) if name == "csv" else build(name, pp, m, c.virtual_stages)
+        ours = read_csv(path) if name == "csv" else build(name, pp, m, c.virtual_stages)
     except Exception:  # noqa: BLE001 - the plan reports a schedule that does not build or parse
         return None
     try:
-        _build_all(name, pp, m, c.schedule.csv_path, ours)
+        _build_all(name, pp, m, path, ours)
     except (ValueError, AssertionError, RuntimeError, KeyError, IndexError) as e:
         cls = "its CSV loader" if name == "csv" else torch_class(name).__name__
         why = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,22 +1,20 @@
-"""Executors by name, with what each supports: config validation reads this registry and
-job.execute is a lookup. A new executor is one module (a runner, or a whole `run`) plus one
-entry here, or one `register(...)` call from anywhere (tests/test_executor_registry.py).
+"""Executors by name, with what each supports: validation (harness/checks.py) reads this
+registry and job.execute is a lookup. A new executor is one module (a runner, or a whole `run`)
+plus one entry here, or one `register(...)` call from anywhere (tests/test_executor_registry.py).
 
-An executor that runs processes names a runner class as "module:Class" (imported in the
-worker, so heavy imports stay out of the main process): harness/runtime/loop.py builds it
-on every rank and runs the shared step loop around it. One that runs no process (sim)
-gives `run` instead.
+Entry points are named "module:attr" and imported when first used, as Hydra's `_target_`: an
+executor that runs processes names a runner class (imported in the worker, so heavy imports
+stay out of the main process; harness/runtime/loop.py builds it on every rank and runs the
+shared step loop around it); one that runs no process (sim) names a `run(plan, pids) ->
+Execution`; `check` names a function `(Config) -> str | None` for any further constraint. So
+this registry, which validation and planning read, imports none of them.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from harness.config import Config
-    from harness.runtime.launch import Execution
-    from harness.plan import Plan
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -24,7 +22,7 @@ class Executor:
     name: str
     summary: str  # one line, for --help-like listings and errors
     runner: str | None = None  # "module:Class" of a harness.runtime.loop.Runner; None: `run` instead
-    run: Callable[["Plan", list[int]], "Execution"] | None = None  # executes a plan without worker processes
+    run: str | None = None  # "module:function" executing a plan without worker processes: (plan, pids) -> Execution
     dp: bool = False  # runs dp > 1 replicas
     split_backward: bool = True  # runs I/W schedules (zb_h1, zbv, dualpipev)
     memory: bool = False  # meters activation memory
@@ -33,20 +31,14 @@ class Executor:
     devices: tuple[str, ...] = ("cpu", "cuda")
     simulated: bool = False  # its timings come from the simulator, not from clocks
     # whether a config makes it reach into torch internals (harness/compat.py guards the version)
-    private_torch: Callable[["Config"], bool] = lambda c: False
-    check: Callable[["Config"], str | None] | None = None  # any further constraint, as one line
+    private_torch: Callable[[Any], bool] = lambda c: False
+    check: str | None = None  # "module:function": any further constraint on a Config, as one line or None
 
 
-def _peer_check(c: "Config") -> str | None:
-    from harness.runtime.peer_check import check  # imports torch.distributed.pipelining: only when asked
-
-    return check(c)
-
-
-def _run_sim(plan: "Plan", pids: list[int]) -> "Execution":
-    from harness.runtime.sim import run_sim
-
-    return run_sim(plan)
+def entry_point(path: str) -> Any:
+    """"module:attr" -> the attribute, imported now."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 EXECUTORS: dict[str, Executor] = {}
@@ -61,9 +53,10 @@ register(Executor("native", "real worker processes, this harness's runner, P2P o
                   runner="harness.runtime.native:NativeRunner", dp=True, memory=True, transport=True,
                   faults=("raise", "kill", "hang", "noaccum", "term"), private_torch=lambda c: c.dp > 1))
 register(Executor("pytorch", "the same plan through torch.distributed.pipelining's schedule classes",
-                  runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True, check=_peer_check))
-register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.*); no processes",
-                  run=_run_sim, dp=True, faults=("term",), simulated=True))
+                  runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True,
+                  check="harness.runtime.peer_check:check"))  # imports torch.distributed.pipelining: only when asked
+register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.* or cluster=); no processes",
+                  run="harness.runtime.sim:run_sim", dp=True, faults=("term",), simulated=True))
 
 
 def get_executor(name: str) -> Executor:

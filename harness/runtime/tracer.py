@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.execution import RawEvent
 from harness.runtime.clock import CudaClock, HostClock
-
-# As an event travels back from a worker: (step, name, cat, kind, stage, mb, start_ns, end_ns)
-RawEvent = tuple[int, str, str, str, int, int, int, int]
 
 
 class Tracer:

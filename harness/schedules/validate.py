@@ -11,8 +11,7 @@ Every error shows the whole per-rank grid with the failing step in brackets.
 from __future__ import annotations
 
 from harness.schedules.ir import Action, Kind, Schedule, format_grid
-from harness.simulate.cost import CostModel
-from harness.simulate.engine import Deadlock, simulate
+from harness.simulate.engine import Compiled, Deadlock, compile_schedule
 
 
 class ScheduleError(ValueError):
@@ -34,8 +33,9 @@ def _local_feed(a: Action, owner: dict[int, int], rank: int, stages: int) -> lis
     return [(s + 1, Kind.B, mb), (s + 1, Kind.I, mb)]
 
 
-def validate(schedule: Schedule, stages: int, microbatches: int) -> None:
-    """Raise ScheduleError unless `schedule` is a valid schedule of `stages` x `microbatches`."""
+def validate(schedule: Schedule, stages: int, microbatches: int) -> Compiled:
+    """Raise ScheduleError unless `schedule` is a valid schedule of `stages` x `microbatches`;
+    the schedule compiled for the simulator (its deadlock check) when it is."""
     owner: dict[int, int] = {}
     seen: set[tuple[int, Kind, int]] = set()
     for rank in sorted(schedule):
@@ -71,6 +71,6 @@ def validate(schedule: Schedule, stages: int, microbatches: int) -> None:
                 raise _fail(schedule, f"{a} comes before {feeders}, which feeds it on the same rank", {rank: i})
             done.add((a.stage, a.kind, a.microbatch))
     try:
-        simulate(schedule, CostModel.uniform(stages))
+        return compile_schedule(schedule)
     except Deadlock as d:
         raise _fail(schedule, f"deadlock: {d}", {s.rank: s.step for s in d.stuck}) from None

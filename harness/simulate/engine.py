@@ -1,27 +1,39 @@
-"""Discrete-event simulation of a schedule over a cost model -> Trace.
+"""The one simulator: a schedule's timing on a cost model, compiled once per schedule.
 
-Semantics match the native executor: sends are posted without blocking (isend), a
-receive blocks until its message has arrived. So an action starts when its rank is free
-and its inputs have arrived; the only way to deadlock is a cycle of receive waits. A
-message between two stages on the same rank (V placement's turn, or a rank's own chunks)
-is a local hand-off and costs nothing.
+Semantics are the runtime's (harness/runtime/native.py with its transports): an action starts
+when its rank has finished the action before it and its inputs have arrived (F: the activation
+of stage - 1; B and I: its own F and the gradient of stage + 1; W: its own I); sends are posted
+without blocking, a receive blocks until its message has arrived, and a message between stages
+on one rank is a local hand-off that costs nothing. With data parallelism each stage's gradients
+are all-reduced inside its last backward of the step, which the rank waits for, and only then is
+that backward's gradient sent on (DDP finishes the sync before backward returns). After its last
+action each rank steps its optimizer. Only a cycle of receive waits deadlocks.
 
-Each rank runs its list in order until it blocks on a missing input; the producer of that
-input wakes it. Every action is visited once or twice, so 262k actions take well under a
-second (tests/bench/test_bench_sim.py).
+For a fixed per-rank order the start times are a longest path through that dependency graph,
+whose shape does not depend on the costs: `compile_schedule` finds a topological order once
+(each rank runs its list until it blocks on a missing input; the producer of that input wakes
+it) and raises Deadlock, naming every stuck rank and what it waits for, when no rank can go on.
+`timing` is then one pass over flat lists per cost model (no objects), `trace` the same pass
+with an Event per action (and per gradient sync, receive, send and optimizer step that costs
+anything). executor=sim, the bubble's simulation and attribution, theory's simulated ideal, the
+planner and the report's gallery all run this.
 """
 
 from __future__ import annotations
 
 import gc
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
-from harness.schedules.ir import Action, Kind, Schedule, stage_to_rank
+from harness.schedules.ir import Action, Kind, Schedule
 from harness.simulate.cost import CostModel
-from harness.trace import COMPUTE, Event, Trace
+from harness.trace import COMM, COMPUTE, WAIT, Event, Trace
 
-# What a (stage, microbatch) makes available, as slots of the key 4 * (mb * S + stage) + slot.
-_DONE_F, _ACT, _GRAD, _DONE_I = 0, 1, 2, 3
+F, B, I, W, LASTB = 0, 1, 2, 3, 4  # cost codes (code * stages + stage); LASTB: a stage's last B or I  # noqa: E741
+KINDS = {Kind.F: F, Kind.B: B, Kind.I: I, Kind.W: W}
+LETTERS = "FBIW"
 
 
 @dataclass(frozen=True)
@@ -38,105 +50,305 @@ class Deadlock(Exception):
         super().__init__("; ".join(f"rank {s.rank} {s.action} waits for {s.waits_for}" for s in stuck))
 
 
-def _needs(a: Action, stages: int) -> list[tuple[int, str]]:
-    """(key, description) of each input of `a`: the activation from stage - 1 (F), its own
-    F and the gradient from stage + 1 (B, I), its own I (W)."""
-    s, mb = a.stage, a.microbatch
-    base = 4 * (mb * stages + s)
-    if a.kind is Kind.F:
-        return [(base - 4 + _ACT, f"activation of {s - 1}F{mb}")] if s > 0 else []
-    if a.kind is Kind.W:
-        return [(base + _DONE_I, f"{s}I{mb}")]
-    needs = [(base + _DONE_F, f"{s}F{mb}")]
-    if s < stages - 1:
-        needs.append((base + 4 + _GRAD, f"gradient of {s + 1}B{mb}/{s + 1}I{mb}"))
-    return needs
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    stages: int
+    ranks: tuple[int, ...]  # the schedule's ranks, in order
+    owner: tuple[int, ...]  # [stage] rank
+    # one row per action in a topological order: (rank predecessor, dep 1, hop code 1, dep 2,
+    # hop code 2, cost code); rows are indices, -1 none; hop codes: s the activation of stage s
+    # (to s + 1), stages + s the gradient of stage s (to s - 1), -1 none (same rank)
+    rows: tuple[tuple[int, int, int, int, int, int], ...]
+    actions: tuple[tuple[int, int, int, int], ...]  # [row] (rank, stage, kind code, microbatch)
+    by_rank: tuple[tuple[int, ...], ...]  # [i-th rank] its rows in its own order
+    lastb_kind: tuple[int, ...]  # [stage] B or I: what its last backward is
+    receives: tuple[bool, ...]  # [row] its input comes from another rank
+    sends: tuple[bool, ...]  # [row] its output goes to another rank
+    kind_counts: tuple[dict[tuple[int, int], int], ...]  # [i-th rank] (kind code, stage) -> its actions of them
+    lastb: frozenset[int]  # rows that are a stage's last backward (where its gradient sync runs)
 
 
-def simulate(schedule: Schedule, cost: CostModel, step: int = 0) -> Trace:
-    """Earliest-start timing of every action; raises Deadlock when no rank can proceed.
-    The trace lists rank 0's actions in order, then rank 1's, and so on.
+def _waits_for(s: int, k: int, mb: int, stages: int, done_f: bytearray, done_i: bytearray, grad: bytearray,
+               n_mb: int) -> str:
+    """What a stuck action misses, in words."""
+    j = s * n_mb + mb
+    if k == F:
+        return f"activation of {s - 1}F{mb}"
+    if k == W:
+        return f"{s}I{mb}"
+    missing = [] if done_f[j] else [f"{s}F{mb}"]
+    if s < stages - 1 and not grad[j + n_mb]:
+        missing.append(f"gradient of {s + 1}B{mb}/{s + 1}I{mb}")
+    return ", ".join(missing)
 
-    Cyclic GC is paused meanwhile: the trace's events all live until the return, so a
-    collection pass over them finds nothing and costs about a quarter of the run."""
-    enabled = gc.isenabled()
+
+def compile_schedule(schedule: Schedule) -> Compiled:
+    """Rows in the order the traversal completes the actions (cost independent: an action
+    completes once its inputs exist), every (stage, microbatch) an integer. Deadlock if no
+    rank can go on."""
+    owner_map: dict[int, int] = {}
+    for r, lst in schedule.items():
+        for a in lst:
+            owner_map.setdefault(a.stage, r)
+    S = max(owner_map, default=-1) + 1
+    M = 1 + max((a.microbatch for acts in schedule.values() for a in acts), default=0)
+    n = S * M
+    acts = {r: [(a.stage, KINDS[a.kind], a.microbatch) for a in lst] for r, lst in schedule.items()}
+    # the traversal: done_f[s*M + mb] (F done: its activation exists), done_i (I done), grad (the
+    # gradient of stage s exists); waiting: event code (kind * n + id) -> ranks blocked on it
+    done_f, done_i, grad = bytearray(n), bytearray(n), bytearray(n)
+    waiting: dict[int, list[int]] = {}
+    pos = dict.fromkeys(schedule, 0)
+    order: list[tuple[int, int]] = []
+    todo = list(schedule)
+    last = S - 1
+    while todo:
+        r = todo.pop()
+        lst, p = acts[r], pos[r]
+        while p < len(lst):
+            s, k, mb = lst[p]
+            j = s * M + mb
+            need = -1
+            if k == F:
+                if s and not done_f[j - M]:
+                    need = j - M
+            elif k == W:
+                if not done_i[j]:
+                    need = n + j
+            elif not done_f[j]:
+                need = j
+            elif s < last and not grad[j + M]:
+                need = 2 * n + j + M
+            if need >= 0:
+                waiting.setdefault(need, []).append(r)
+                break
+            if k == F:
+                done_f[j] = 1
+                made: tuple[int, ...] = (j,)
+            elif k == I:
+                done_i[j] = grad[j] = 1
+                made = (n + j, 2 * n + j)
+            elif k == B:
+                grad[j] = 1
+                made = (2 * n + j,)
+            else:
+                made = ()
+            for code in made:
+                if code in waiting:
+                    todo += waiting.pop(code)
+            order.append((r, p))
+            p += 1
+        pos[r] = p
+    stuck = [Stuck(r, pos[r], schedule[r][pos[r]], _waits_for(*acts[r][pos[r]], S, done_f, done_i, grad, M))
+             for r in sorted(schedule) if pos[r] < len(acts[r])]
+    if stuck:
+        raise Deadlock(stuck)
+    return _rows(schedule, acts, order, owner_map, S, M)
+
+
+def _rows(schedule: Schedule, acts: dict, order: list[tuple[int, int]], owner_map: dict[int, int], S: int,
+          M: int) -> Compiled:
+    n = S * M
+    index = {r: [0] * len(lst) for r, lst in acts.items()}
+    f_row, bi_row, i_row = [-1] * n, [-1] * n, [-1] * n
+    for i, (r, p) in enumerate(order):
+        index[r][p] = i
+        s, k, mb = acts[r][p]
+        if k == F:
+            f_row[s * M + mb] = i
+        elif k != W:
+            bi_row[s * M + mb] = i
+            if k == I:
+                i_row[s * M + mb] = i
+    last_bwd: dict[int, tuple[int, int]] = {}  # stage -> (rank, position) of its last B/I in rank order
+    for r, lst in acts.items():
+        for p, (s, k, _) in enumerate(lst):
+            if k in (B, I):
+                last_bwd[s] = (r, p)
+    last_rows = {index[r][p] for r, p in last_bwd.values()}
+    rows, actions, receives, sends = [], [], [], []
+    last = S - 1
+    for i, (r, p) in enumerate(order):
+        s, k, mb = acts[r][p]
+        j = s * M + mb
+        prev = index[r][p - 1] if p else -1
+        d1 = h1 = d2 = h2 = -1
+        if k == F:
+            if s:
+                d1, h1 = f_row[j - M], (s - 1 if owner_map[s - 1] != r else -1)
+            receives.append(s > 0 and owner_map[s - 1] != r)
+            sends.append(s < last and owner_map[s + 1] != r)
+        elif k == W:
+            d1 = i_row[j]
+            receives.append(False)
+            sends.append(False)
+        else:
+            d1 = f_row[j]
+            if s < last:
+                d2, h2 = bi_row[j + M], (S + s + 1 if owner_map[s + 1] != r else -1)
+            receives.append(s < last and owner_map[s + 1] != r)
+            sends.append(s > 0 and owner_map[s - 1] != r)
+        rows.append((prev, d1, h1, d2, h2, (LASTB if i in last_rows else k) * S + s))
+        actions.append((r, s, k, mb))
+    ranks = tuple(sorted(schedule))
+    by_rank = tuple(tuple(index[r]) for r in ranks)
+    lastb = tuple(acts[r][p][1] for r, p in (last_bwd[s] for s in range(S)))
+    counts = tuple(Counter((k, s) for s, k, _ in acts[r]) for r in ranks)
+    return Compiled(S, ranks, tuple(owner_map[s] for s in range(S)), tuple(rows), tuple(actions), by_rank, lastb,
+                    tuple(receives), tuple(sends), counts, frozenset(last_rows))
+
+
+def _table(c: Compiled, cost: CostModel) -> tuple[list[float], list[float]]:
+    """(seconds of each cost code, seconds of each hop code, -1 last): a row's whole span,
+    receive + compute + overhead + sync + send."""
+    S = c.stages
+    o, send, recv = cost.action_overhead_s, cost.send_s, cost.recv_s
+    own = c.owner
+    up = [s + 1 < S and own[s + 1] != own[s] for s in range(S)]  # F's output goes to another rank
+    down = [s > 0 and own[s - 1] != own[s] for s in range(S)]  # B/I's input gradient goes to another rank
+    f_io = [o + send * up[s] + recv * down[s] for s in range(S)]  # F receives from s - 1, sends to s + 1
+    b_io = [o + send * down[s] + recv * up[s] for s in range(S)]  # B/I receives from s + 1, sends to s - 1
+    sync = cost.sync_s or (0.0,) * S
+    igrad, wgrad = cost.igrad, cost.wgrad
+    table = ([f + x for f, x in zip(cost.fwd_s, f_io)] + [b + x for b, x in zip(cost.bwd_s, b_io)]
+             + [g + x for g, x in zip(igrad, b_io)] + [w + o for w in wgrad]
+             + [(igrad[s] if c.lastb_kind[s] == I else cost.bwd_s[s]) + b_io[s] + sync[s] for s in range(S)])
+    fwd_hop, bwd_hop = cost.hops(S)
+    return table, fwd_hop + bwd_hop + [0.0]
+
+
+def timing(c: Compiled, cost: CostModel) -> list[float]:
+    """Seconds at which each row's action ends, its send posted (the step starts at 0)."""
+    table, hops = _table(c, cost)
+    end: list[float] = []
+    append = end.append
+    for prev, d1, h1, d2, h2, code in c.rows:
+        t = end[prev] if prev >= 0 else 0.0
+        if d1 >= 0:
+            x = end[d1] + hops[h1]
+            if x > t:
+                t = x
+            if d2 >= 0:
+                x = end[d2] + hops[h2]
+                if x > t:
+                    t = x
+        append(t + table[code])
+    return end
+
+
+def rank_ends(c: Compiled, cost: CostModel, end: list[float] | None = None) -> list[float]:
+    """[i-th rank] when its last action ends, its optimizer step not included."""
+    end = timing(c, cost) if end is None else end
+    return [end[rows[-1]] if rows else 0.0 for rows in c.by_rank]
+
+
+def step_time(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
+    """The whole step: the last rank's end with its optimizer step, plus the per-step overhead."""
+    ends = rank_ends(c, cost, end)
+    opt = cost.optimizer_s or (0.0,) * len(ends)
+    return max(e + o for e, o in zip(ends, opt)) + cost.step_overhead_s
+
+
+def bubble(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
+    """Mean over ranks of 1 - compute time / the step window, as harness.metrics.bubble_per_rank
+    measures a trace: the window from the first compute action's start to the last one's end.
+    A rank's actions run in its order, so only its first and last bound the window."""
+    end = timing(c, cost) if end is None else end
+    parts = _Parts(c, cost)
+    compute = [[x + cost.action_overhead_s for x in times] for times in parts.compute]
+    busy = [sum(n * compute[k][s] for (k, s), n in counts.items()) for counts in c.kind_counts]
+    t0, t1 = float("inf"), 0.0
+    for rows in c.by_rank:
+        if not rows:
+            continue
+        first, last = rows[0], rows[-1]
+        _, s, k, _ = c.actions[first]
+        lead, dur, tail = parts.of(first, s, k)
+        t0 = min(t0, end[first] - tail - dur)
+        _, s, k, _ = c.actions[last]
+        t1 = max(t1, end[last] - parts.of(last, s, k)[2])
+    window = t1 - t0
+    return sum(1.0 - b / window for b in busy) / len(busy) if window > 0 else 0.0
+
+
+class _Parts:
+    """A row's span in its parts: (receive before, compute, sync and send after)."""
+
+    def __init__(self, c: Compiled, cost: CostModel):
+        S = c.stages
+        self.c, self.recv, self.send, self.o = c, cost.recv_s, cost.send_s, cost.action_overhead_s
+        self.compute = [cost.fwd_s, cost.bwd_s, cost.igrad, cost.wgrad]
+        self.sync = cost.sync_s or (0.0,) * S
+        self.lastb = c.lastb
+
+    def of(self, i: int, s: int, k: int) -> tuple[float, float, float]:
+        c = self.c
+        lead = self.recv if c.receives[i] else 0.0
+        tail = (self.send if c.sends[i] else 0.0) + (self.sync[s] if i in self.lastb else 0.0)
+        return lead, self.compute[k][s] + self.o, tail
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused for the block (reference counting still frees
+    everything): creating many small objects otherwise triggers collections that scan all of
+    them, about a quarter of the time, and none is garbage until the trace is dropped."""
+    was = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(schedule, cost, step)
+        yield
     finally:
-        if enabled:
+        if was:
             gc.enable()
 
 
-def _simulate(schedule: Schedule, cost: CostModel, step: int) -> Trace:
-    owner = stage_to_rank(schedule)
-    stages = max(owner, default=-1) + 1
-    # seconds until stage s's F output reaches s + 1 / its B or I output reaches s - 1
-    fwd_hop = [cost.p2p(s) if owner.get(s + 1, owner.get(s)) != owner.get(s) else 0.0 for s in range(stages)]
-    bwd_hop = [cost.p2p(s) if owner.get(s - 1, owner.get(s)) != owner.get(s) else 0.0 for s in range(stages)]
-    F, W, I = Kind.F, Kind.W, Kind.I  # noqa: E741
+def trace(c: Compiled, cost: CostModel, step: int = 0, end: list[float] | None = None) -> Trace:
+    """The step as events: each rank's actions in its order (rank 0's first), with, where they
+    cost anything, a receive wait before an action, the gradient sync (`dp_sync`) and a send
+    after it, the optimizer step after the rank's last action, and the per-step overhead."""
+    end = timing(c, cost) if end is None else end
+    parts = _Parts(c, cost)
+    plain = not (cost.recv_s or cost.send_s or any(parts.sync))
     new_event = object.__new__
-    dur_f, dur_b, dur_i, dur_w = ([cost.compute(Action(s, k, 0)) for s in range(stages)] for k in Kind)
-    last = stages - 1
-    ready: dict[int, float] = {}  # key -> seconds when it is available to its consumer
-    waiting: dict[int, list[int]] = {}  # key -> the ranks blocked on it (one, if the schedule is valid)
-    events: dict[int, Trace] = {r: [] for r in schedule}  # a rank's events so far: its position
-    todo = list(schedule)
-    while todo:
-        r = todo.pop()
-        acts, out = schedule[r], events[r]
-        p, t = len(out), (out[-1].end if out else 0.0)
-        while p < len(acts):
-            a = acts[p]
-            s, k, mb = a.stage, a.kind, a.microbatch
-            base = 4 * (mb * stages + s)
-            try:  # a missing input ends this rank's turn; its producer wakes it (`waiting`)
-                if k is F:
-                    if s:
-                        key = base - 4 + _ACT
-                        x = ready[key]
-                        t = x if x > t else t
-                    end, letter = t + dur_f[s], "F"
-                    ready[base + _DONE_F] = end
-                    made, ready[base + _ACT] = base + _ACT, end + fwd_hop[s]
-                elif k is W:
-                    key = base + _DONE_I
-                    x = ready[key]
-                    t = x if x > t else t
-                    end, letter, made = t + dur_w[s], "W", -1
-                else:  # B or I
-                    key = base + _DONE_F
-                    x = ready[key]
-                    t = x if x > t else t
-                    if s < last:
-                        key = base + 4 + _GRAD
-                        x = ready[key]
-                        t = x if x > t else t
-                    if k is I:
-                        end, letter = t + dur_i[s], "I"
-                        ready[base + _DONE_I] = end
-                    else:
-                        end, letter = t + dur_b[s], "B"
-                    made, ready[base + _GRAD] = base + _GRAD, end + bwd_hop[s]
-            except KeyError:
-                waiting.setdefault(key, []).append(r)
-                break
-            if made in waiting:
-                todo += waiting.pop(made)
-            # Event(...) sets its frozen fields one object.__setattr__ at a time, 3x slower than
-            # filling the instance dict in field order (same object, same memory; tested)
-            e = new_event(Event)
-            d = e.__dict__
-            d["rank"], d["step"], d["name"], d["cat"], d["kind"] = r, step, f"{s}{letter}{mb}", COMPUTE, letter
-            d["stage"], d["microbatch"], d["start"], d["end"] = s, mb, t, end
-            out.append(e)
-            t = end
-            p += 1
-    stuck = []
-    for r, acts in sorted(schedule.items()):
-        if (p := len(events[r])) < len(acts):
-            missing = ", ".join(what for key, what in _needs(acts[p], stages) if key not in ready)
-            stuck.append(Stuck(r, p, acts[p], missing))
-    if stuck:
-        raise Deadlock(stuck)
-    return [e for r in sorted(schedule) for e in events[r]]
+    out: Trace = []
+    append = out.append
+    with no_gc():
+        for rows in c.by_rank:
+            for i in rows:
+                r, s, k, mb = c.actions[i]
+                lead, dur, tail = parts.of(i, s, k)
+                t1 = end[i] - tail
+                t0 = t1 - dur
+                letter = LETTERS[k]
+                if not plain and lead:
+                    append(Event(r, step, f"recv {s}{letter}{mb}", WAIT, "recv", s, mb, t0 - lead, t0))
+                # Event(...) sets its frozen fields one object.__setattr__ at a time, 3x slower than
+                # filling the instance dict in field order (same object, same memory; tested)
+                e = new_event(Event)
+                d = e.__dict__
+                d["rank"], d["step"], d["name"], d["cat"], d["kind"] = r, step, f"{s}{letter}{mb}", COMPUTE, letter
+                d["stage"], d["microbatch"], d["start"], d["end"] = s, mb, t0, t1
+                append(e)
+                if plain or not tail:
+                    continue
+                synced = parts.sync[s] if i in parts.lastb else 0.0
+                if synced:
+                    append(Event(r, step, f"dp_sync {s}", COMM, "dp_sync", s, -1, t1, t1 + synced))
+                if c.sends[i] and cost.send_s:
+                    append(Event(r, step, f"send {s}{letter}{mb}", COMM, "send", s, mb, t1 + synced, end[i]))
+        ends = rank_ends(c, cost, end)
+        opt = cost.optimizer_s or (0.0,) * len(ends)
+        for r, e_r, o in zip(c.ranks, ends, opt):
+            if o:
+                append(Event(r, step, "optim", COMPUTE, "optim", -1, -1, e_r, e_r + o))
+        if cost.step_overhead_s:
+            r, last = max(zip(c.ranks, (e + o for e, o in zip(ends, opt))), key=lambda x: x[1])
+            append(Event(r, step, "step overhead (modeled)", COMPUTE, "overhead", -1, -1, last,
+                         last + cost.step_overhead_s))
+    return out
+
+
+def simulate(schedule: Schedule, cost: CostModel, step: int = 0) -> Trace:
+    """Every action of `schedule` timed on `cost` (compiled here: a caller that simulates one
+    schedule on several cost models compiles once and calls `trace` or `timing`)."""
+    return trace(compile_schedule(schedule), cost, step)
