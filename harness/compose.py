@@ -169,6 +169,10 @@ def hydra_problem(e: BaseException, overrides: list[str]) -> str:
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     if isinstance(e, ConfigError):
         return str(e)
+    unset = [o for o in overrides if _key(o).startswith("cluster.")]
+    if unset and not written("cluster", overrides) and isinstance(e, AssertionError):
+        # OmegaConf asserts when a key is set inside a group that is null (no cluster chosen)
+        return f"{unset[0]}: no cluster to set it on (choose one first: cluster=<preset>, harness/conf/cluster/)"
     if isinstance(e, MissingConfigException):
         missing = str(getattr(e, "missing_cfg_file", "") or "")
         group, _, choice = missing.rpartition("/")

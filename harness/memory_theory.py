@@ -71,6 +71,7 @@ class StageActivations:
 
 # -- tracing ----------------------------------------------------------------------------------------
 REAL_TRACE_MAX_PARAMS = 64 * 2**20  # parameters a stage may have to be traced with real tensors on CPU
+REAL_TRACE_MAX_INPUT = 16 * 2**20  # and elements of its input (executor=sim, which allocates nothing, may plan any B)
 
 
 def trace_stage(model: BuiltModel, a: int, b: int, first: bool, last: bool, dtype: str, microbatch_size: int,
@@ -124,7 +125,8 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
     model, B = built.model, k.microbatch_size
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[k.dtype]
     numel = sum(built.layer_params[a:b]) if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1
-    fake = k.device != "cpu" or numel > REAL_TRACE_MAX_PARAMS
+    shape, in_dtype = model.input_shape(a, B)
+    fake = k.device != "cpu" or numel > REAL_TRACE_MAX_PARAMS or math.prod(shape) > REAL_TRACE_MAX_INPUT
     default = torch.get_default_dtype()
     with compat.fake_tensors() if fake else contextlib.nullcontext():
         torch.set_default_dtype(dtype)  # built in the dtype: .to() cannot convert fake parameters
@@ -139,7 +141,6 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
             if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params:
                 held[compat.storage_id(t)] = t.untyped_storage().nbytes()
 
-        shape, in_dtype = model.input_shape(a, B)
         x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
              else torch.zeros(shape, dtype=dtype, requires_grad=not first))
         stage = CheckpointedStage(layers, k.every, count, lambda key, fn: fn) if checkpointing else layers

@@ -8,6 +8,11 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   by global rank; no schedule or transport in `plan`.
 - 2: `_per_rank` / `_per_global_rank` names; `plan.schedule` (every rank's action list),
   `plan.sim_cost` and `plan.p2p`, so a report never plans again.
+- 3: a config group holds its option's keys only (model=mlp records no `seq`: harness/config.py
+  has one dataclass per option); `plan.simulated` (the timings are the simulator's: a record's
+  headline and report come from the record alone); `plan.sim_cost` with the simulator's whole
+  cost model (per-direction hops, each stage's gradient sync, the optimizer step, overheads);
+  `config.cluster`; executor=sim's trace.json holds one measured step (every step is the same).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class RecordError(ValueError):
@@ -238,6 +243,8 @@ def upgrade(data: Any) -> dict:
             old = data["metrics"].get(part)
             if isinstance(old, dict):
                 data["metrics"][part] = {names.get(k, k): v for k, v in old.items()}
+    if version < 3 and isinstance(data.get("plan"), dict) and isinstance(data.get("config"), dict):
+        data["plan"].setdefault("simulated", data["config"].get("executor") == "sim")  # the only simulated one then
     data["schema_version"] = SCHEMA_VERSION
     return data
 

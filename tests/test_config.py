@@ -67,3 +67,23 @@ def test_bad_input_is_one_clear_line(config, overrides, expected):
 
 def test_default_config_is_valid(config):
     validate(config())
+
+
+def test_the_size_check_counts_this_machine_in_the_runs_dtype_after_global_batch(config, monkeypatch):
+    """A machine of 1 GiB (patched): 4 ranks x 8 microbatches x B x 32 features are over it in
+    fp32 at B=400,000 and within it in bf16; B set by global_batch is checked as B; a torchrun
+    node running one of the ranks holds its share only; executor=sim allocates nothing and is
+    never checked."""
+    from harness import checks
+
+    monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**30)
+    big = 400_000
+    with pytest.raises(ConfigError, match=r"^microbatch_size=400000: the activations of this machine's 4 ranks"):
+        validate(config(microbatch_size=big))
+    validate(config(microbatch_size=big, dtype="bf16"))
+    with pytest.raises(ConfigError, match=r"^microbatch_size=400000: the activations"):
+        validate(config(microbatch_size=1, global_batch=8 * big))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    validate(config(microbatch_size=big))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    validate(config(microbatch_size=big, executor="sim"))

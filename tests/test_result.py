@@ -32,6 +32,17 @@ def test_a_version_1_record_is_upgraded_on_read():
     assert Result.from_json(v1).to_json() == v2
 
 
+def test_a_version_2_record_says_whether_it_was_simulated():
+    """Version 2 had no plan.simulated: executor=sim was the one simulated executor then."""
+    for executor, simulated in (("sim", True), ("native", False)):
+        v2 = {k: v for k, v in fake(0).items() if k != "_dir"}
+        v2["schema_version"], v2["config"]["executor"] = 2, executor
+        v2["plan"] = {"stage_layers": [[0, 4], [4, 8]], "partition": {}, "stage_rank": {"0": 0, "1": 1},
+                      "device": "cpu", "backend": "gloo", "emulated_cost": {}}
+        got = Result.from_json(v2)
+        assert got.plan.simulated is simulated and got.simulated is simulated and got.schema_version == SCHEMA_VERSION
+
+
 @pytest.mark.parametrize("edit,reason", [
     (lambda r: r.update(schema_version=SCHEMA_VERSION + 1), "written by a newer harness"),
     (lambda r: r["metrics"].pop("bubble"), "result.metrics.bubble: missing"),
