@@ -28,13 +28,23 @@ MAX_LABELS = 2000
 # White edges between neighbouring bars, dropped when the median compute bar is narrower than
 # this (points): 0.5 pt edges on 1 pt bars would wash the chart out.
 EDGE_MIN_BAR_PT = 3.0
+# Drawn as an image when the median compute bar is narrower than this (pixels): the paths would
+# paint the same pixels, at ~10 us a bar
+RASTER_BELOW_PX = 1.0
 
 
 def plot_gantt(path: Path, trace: Trace, step: int, stage_labels: dict[int, str], title: str) -> None:
     """gantt_figure written to `path`, in its suffix's format (.png, .svg), atomically: a
-    temporary file in the same directory, fsync'd, then renamed."""
-    fig = gantt_figure(trace, step, stage_labels, title)
+    temporary file in the same directory, fsync'd, then renamed. A PNG of bars narrower than
+    a pixel is the figure drawn without them and their pixels pasted in (matplotlib's image
+    path would resample and mask the array: half a second at 65k bars)."""
+    fig, raster = _figure(trace, step, stage_labels, title)
     fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if raster is not None and fmt == "png":
+        write_atomic(Path(path), lambda f: _paste_png(fig, raster, f), binary=True)
+        return
+    if raster is not None:
+        _place(fig, raster)
     write_atomic(Path(path), lambda f: fig.savefig(f, format=fmt, dpi=DPI), binary=True)
 
 
@@ -42,6 +52,33 @@ def gantt_figure(trace: Trace, step: int, stage_labels: dict[int, str], title: s
     """The timeline of one step, one row per rank (labelled with the layers it holds: the
     stage boundaries); compute full height, waits and syncs thin; a legend of the kinds
     present. A matplotlib Figure (no pyplot: nothing global is touched)."""
+    fig, raster = _figure(trace, step, stage_labels, title)
+    if raster is not None:
+        _place(fig, raster)
+    return fig
+
+
+def _place(fig, raster: tuple) -> None:
+    img, x0, y0 = raster
+    fig.figimage(img, xo=x0, yo=y0, origin="upper", zorder=1)
+
+
+def _paste_png(fig, raster: tuple, f) -> None:
+    from PIL import Image
+
+    img, x0, y0 = raster
+    fig.canvas.draw()
+    buf = np.asarray(fig.canvas.buffer_rgba())  # the renderer's own pixels, written in place
+    h, w = img.shape[:2]
+    top, left = buf.shape[0] - int(round(y0)) - h, int(round(x0))
+    region = buf[max(top, 0):top + h, max(left, 0):left + w]
+    img = img[:region.shape[0], :region.shape[1]]
+    np.copyto(region, img, where=img[..., 3:] > 0)
+    Image.fromarray(buf).save(f, format="png", dpi=(DPI, DPI), compress_level=1)  # mostly flat colour: fast, small
+
+
+def _figure(trace: Trace, step: int, stage_labels: dict[int, str], title: str) -> tuple:
+    """(the Figure, the bars as (RGBA pixels, left, bottom) where they are drawn as an image, else None)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch, PathPatch
@@ -105,6 +142,12 @@ def gantt_figure(trace: Trace, step: int, stage_labels: dict[int, str], title: s
     compute_w = [g[1] - g[0] for g in groups if g[6]]
     edges = bool(compute_w) and float(np.median(np.concatenate(compute_w))) * pt_per_ms >= EDGE_MIN_BAR_PT
 
+    px_per_ms = pt_per_ms * DPI / 72
+    if compute_w and float(np.median(np.concatenate(compute_w))) * px_per_ms < RASTER_BELOW_PX:
+        # narrower than a pixel: what the rectangles would paint, painted directly (Agg draws a
+        # path per bar: half a second at 65k bars; this is one array)
+        img = _raster(ax, groups, box.width * width * DPI, box.height * fig.get_figheight() * DPI)
+        return fig, (img, box.x0 * width * DPI, box.y0 * fig.get_figheight() * DPI)
     for x0, x1, y, _mb, h, kind, compute in groups:
         # add_artist, not add_patch: the limits are set, and add_patch would walk every segment
         ax.add_artist(PathPatch(_rects(MPath, x0, x1, y - h, y + h), facecolor=COLORS[kind],
@@ -112,7 +155,7 @@ def gantt_figure(trace: Trace, step: int, stage_labels: dict[int, str], title: s
     labels = _labels(fig, ax, [g for g in groups if g[6]], pt_per_ms, pt_per_row)
     if labels is not None:
         ax.add_collection(labels, autolim=False)
-    return fig
+    return fig, None
 
 
 def _margins(fig, width: float, ylabels: list[str], title_lines: int) -> None:
@@ -125,6 +168,56 @@ def _margins(fig, width: float, ylabels: list[str], title_lines: int) -> None:
     top = 1 - (title_lines * 9 * 1.2 + 8) / 72 / height  # the title (9 pt)
     bottom = 0.07 + (2 * 10 * 1.2 + 6) / 72 / height  # above the legend: tick labels and the x label
     fig.subplots_adjust(left=min(left, 0.4), right=1 - 8 / 72 / width, top=top, bottom=bottom)
+
+
+def _coverage(x0: np.ndarray, x1: np.ndarray, row: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """[row, pixel] the share of each pixel column its bars cover (bars in pixel units)."""
+    x0, x1 = np.clip(x0, 0, width), np.clip(x1, 0, width)
+    i0, i1 = np.minimum(x0.astype(int), width - 1), np.minimum(x1.astype(int), width - 1)
+    cov = np.zeros((rows, width + 1))
+    one = i0 == i1
+    np.add.at(cov, (row[one], i0[one]), x1[one] - x0[one])
+    many = ~one  # a partial first pixel, whole pixels between, a partial last one
+    np.add.at(cov, (row[many], i0[many]), i0[many] + 1 - x0[many])
+    np.add.at(cov, (row[many], i1[many]), x1[many] - i1[many])
+    full = np.zeros((rows, width + 1))
+    np.add.at(full, (row[many], i0[many] + 1), 1.0)
+    np.add.at(full, (row[many], i1[many]), -1.0)
+    return np.minimum(cov[:, :width] + np.cumsum(full, axis=1)[:, :width], 1.0)
+
+
+def _raster(ax, groups: list, width_px: float, height_px: float) -> np.ndarray:
+    """The bars as one RGBA image of the axes' size in pixels: each pixel the colours of the
+    kinds that cover it, in proportion to the time each covers (a 1F1B steady state of
+    sub-pixel bars shows its forward and backward shares); waits and syncs under compute, in
+    their thin band; transparent where nothing is."""
+    from matplotlib.colors import to_rgb
+
+    W, H = max(1, int(round(width_px))), max(1, int(round(height_px)))
+    (xl, xr), (yb, yt) = ax.get_xlim(), ax.get_ylim()  # y inverted: yt (top) < yb
+    rows = np.unique(np.concatenate([g[2] for g in groups]))
+    colour = np.zeros((2, len(rows), W, 3))  # [thin, full] summed colour x coverage
+    share = np.zeros((2, len(rows), W))
+    half = [0.0, 0.0]
+    for x0, x1, y, _mb, h, kind, compute in groups:
+        cov = _coverage((x0 - xl) / (xr - xl) * W, (x1 - xl) / (xr - xl) * W, np.searchsorted(rows, y), len(rows), W)
+        share[int(compute)] += cov
+        colour[int(compute)] += cov[..., None] * np.array(to_rgb(COLORS[kind]))
+        half[int(compute)] = h
+    img = np.zeros((H, W, 4), dtype=np.uint8)
+    for band in (0, 1):  # thin (waits, syncs) first, compute over it
+        total = np.maximum(share[band], 1.0)[..., None]
+        rgb, alpha = colour[band] / total, np.minimum(share[band], 1.0)
+        for i, row in enumerate(rows):
+            r0 = max(int(np.floor((row - half[band] - yt) / (yb - yt) * H)), 0)
+            r1 = max(min(int(np.ceil((row + half[band] - yt) / (yb - yt) * H)), H), r0 + 1)
+            a = alpha[i][:, None]
+            under = img[r0:r1].astype(float) / 255  # what the thin band painted
+            mixed = rgb[i] * a + (under[..., :3] * under[..., 3:] + (1 - under[..., 3:]) * 1.0) * (1 - a)
+            painted = (a > 0) | (under[..., 3:] > 0)
+            img[r0:r1, ..., :3] = np.where(painted, np.round(mixed * 255), 0).astype(np.uint8)
+            img[r0:r1, ..., 3] = np.where(painted[..., 0], 255, 0)
+    return img
 
 
 def _rects(MPath, x0, x1, y0, y1):

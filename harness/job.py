@@ -13,6 +13,7 @@ import torch
 
 from harness.config import Config, ConfigError
 from harness.gantt import plot_gantt
+from harness.gc_pause import paused
 from harness.metrics import compute_metrics, grad_check, over_budget
 from harness.plan import Plan, make_plan
 from harness.precision import Precision
@@ -105,20 +106,21 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         return result
 
     try:
-        plan = make_plan(c, cuda_devices)
-        result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
-        result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
-        if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
-            result.status, result.error, result.wall_s = "skipped", why, time.time() - started
-            write_json_atomic(out_dir / RESULT, result.to_json())
-            return result
-        with ExitStack() as later:  # the workers' exit overlaps the measuring
-            run = execute(plan, pids, out_dir, later, pool)
-            if run is None:
-                return result  # a torchrun/submitit rank other than 0: rank 0 records the job
-            result.metrics = measure(plan, run)
-            result.status, result.wall_s = "ok", time.time() - started
-            write_records(out_dir, result, plan, run, group, name)
+        with paused():  # the plan's, the trace's and the records' many objects live until the job ends
+            plan = make_plan(c, cuda_devices)
+            result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
+            result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
+            if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
+                result.status, result.error, result.wall_s = "skipped", why, time.time() - started
+                write_json_atomic(out_dir / RESULT, result.to_json())
+                return result
+            with ExitStack() as later:  # the workers' exit overlaps the measuring
+                run = execute(plan, pids, out_dir, later, pool)
+                if run is None:
+                    return result  # a torchrun/submitit rank other than 0: rank 0 records the job
+                result.metrics = measure(plan, run)
+                result.status, result.wall_s = "ok", time.time() - started
+                write_records(out_dir, result, plan, run, group, name)
     except ConfigError as e:
         result.error_detail = e.detail
         if rank0:

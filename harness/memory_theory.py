@@ -261,19 +261,23 @@ def replay(actions: list[Action]) -> Replay:
     mask = 0
     helds: set[tuple[int, ...]] = set()
     lives: set[tuple[tuple[int, ...], int, int]] = set()
-    for a in actions:
-        j = pos[a.stage]
-        if a.kind is Kind.F:
+    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741
+    for p, (stage, kind, _) in enumerate(actions):
+        j = pos[stage]
+        if kind is F:
             held[j] += 1
         else:
-            if a.kind in (Kind.B, Kind.I):
+            if kind is not W:
                 lives.add((tuple(held), mask, j))
                 mask |= 1 << j
-            if a.kind in (Kind.B, Kind.W):
+            if kind is not I:
                 held[j] -= 1
-        h = tuple(held)
-        helds.add(h)
-        lives.add((h, mask, -1))
+        # a state an F follows is below the next one (more held, the same gradients): only the
+        # others can be a peak
+        if p + 1 == len(actions) or actions[p + 1].kind is not F:
+            h = tuple(held)
+            helds.add(h)
+            lives.add((h, mask, -1))
     return Replay(stages, tuple(_maximal(helds)), tuple(_prune_live(lives)))
 
 

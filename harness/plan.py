@@ -143,7 +143,7 @@ class Plan:
                           stage_rank={str(k): v for k, v in self.stage_rank.items()}, device=self.device,
                           backend=self.backend, emulated_cost=asdict(self.emulated_cost),
                           sim_cost=asdict(self.sim_cost()), p2p=self.p2p, notes=list(self.notes),
-                          schedule={str(r): [str(a) for a in acts] for r, acts in sorted(self.schedule.items())},
+                          schedule={str(r): " ".join(map(str, acts)) for r, acts in sorted(self.schedule.items())},
                           simulated=self.simulated)
 
 

@@ -143,24 +143,31 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
            "events_dropped": total - written, "max_events": max_events, "truncated_step": truncated}
 
     # One event a line, formatted here rather than built as dicts for json.dumps: 2x faster.
-    # Strings escaped and quoted as json.dumps does; floats as repr, as json writes them (a
-    # chunk with a non-finite one is formatted again with those as null: NaN is not JSON).
+    # Strings escaped and quoted as json.dumps does.
     q = json.encoder.encode_basestring_ascii
     compact = {"separators": (",", ":")}
     meta = [json.dumps({"ph": "M", "name": "process_name", "pid": d, "args": {"name": f"pipeline (dp replica {d})"}},
                        **compact) for d in sorted({r // pp for r in ranks})]
     meta += [json.dumps({"ph": "M", "name": "thread_name", "pid": r // pp, "tid": r,
                          "args": {"name": f"rank {r} (pipeline rank {r % pp})"}}, **compact) for r in ranks]
-    x = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,'  # ts, dur in microseconds
-         '"args":{"step":%d,"kind":%s,"stage":%d,"microbatch":%d}}')
-    c = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%s,"args":{"MiB":%s}}'
+    # floats as %r, what json writes for them (a chunk with a non-finite one is formatted again
+    # with those as null); ts, dur in microseconds
+    x = '{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"step":%d,"kind":%s,"stage":%d,"microbatch":%d}}'
+    c = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%r,"args":{"MiB":%r}}'
 
-    def xs(evs: Trace, f: Callable[[float], str]) -> list[str]:
-        return [x % (q(e.name), q(e.cat), e.rank // pp, e.rank, f(e.start * 1e6), f((e.end - e.start) * 1e6),
-                     e.step, q(e.kind), e.stage, e.microbatch) for e in evs]
+    def xs(evs: Trace, finite: bool) -> list[str]:
+        if finite:
+            return [x % (q(e.name), q(e.cat), e.rank // pp, e.rank, e.start * 1e6, (e.end - e.start) * 1e6, e.step,
+                         q(e.kind), e.stage, e.microbatch) for e in evs]
+        return [(x.replace("%r", "%s")) % (q(e.name), q(e.cat), e.rank // pp, e.rank, _num(e.start * 1e6),
+                                           _num((e.end - e.start) * 1e6), e.step, q(e.kind), e.stage, e.microbatch)
+                for e in evs]
 
-    def cs(samples: list, f: Callable[[float], str]) -> list[str]:
-        return [c % (rank, rank // pp, rank, f(t * 1e6), f(nbytes / 2**20)) for rank, _step, t, nbytes in samples]
+    def cs(samples: list, finite: bool) -> list[str]:
+        if finite:
+            return [c % (rank, rank // pp, rank, t * 1e6, nbytes / 2**20) for rank, _step, t, nbytes in samples]
+        return [c.replace("%r", "%s") % (rank, rank // pp, rank, _num(t * 1e6), _num(nbytes / 2**20))
+                for rank, _step, t, nbytes in samples]
 
     n = 20_000  # events formatted and written at a time: no second copy of the whole file in memory
     parts = [(xs, trace[i:i + n]) for i in range(0, len(trace), n)] + [
@@ -172,9 +179,9 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
         out.write(",\n".join(meta))
         sep = ",\n" if meta else ""
         for fmt, items in parts:
-            text = ",\n".join(fmt(items, float.__repr__))
+            text = ",\n".join(fmt(items, True))
             if ("nan" in text or "inf" in text) and _NON_FINITE.search(text):
-                text = ",\n".join(fmt(items, _num))
+                text = ",\n".join(fmt(items, False))
             out.write(sep + text)
             sep = ",\n"
         out.write("\n]}\n")

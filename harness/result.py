@@ -12,7 +12,9 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   has one dataclass per option); `plan.simulated` (the timings are the simulator's: a record's
   headline and report come from the record alone); `plan.sim_cost` with the simulator's whole
   cost model (per-direction hops, each stage's gradient sync, the optimizer step, overheads);
-  `config.cluster`; executor=sim's trace.json holds one measured step (every step is the same).
+  `config.cluster`; `plan.schedule` a string per rank (its actions space-separated: a big
+  schedule's record stays a few lines); executor=sim's trace.json holds one measured step
+  (every step is the same).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class PlanRecord:
     backend: str  # gloo | nccl
     emulated_cost: dict  # CostModel's fields: what compute=emulated holds each action for
     p2p: str | None = None  # eager | safe; None in version-1 records
-    schedule: dict[str, list[str]] | None = None  # pipeline rank -> its actions ("0F0", ...); None in version 1
+    schedule: dict[str, str] | None = None  # pipeline rank -> its actions in order, space-separated ("0F0 0F1 0B0 ...")
     sim_cost: dict | None = None  # CostModel's fields with comm.*: what executor=sim and the gallery simulate
     notes: list[str] = field(default_factory=list)  # how the plan was made, where the user should know
     simulated: bool = False  # its timings come from the simulator, not from clocks (executor=sim)
@@ -66,7 +68,7 @@ class PlanRecord:
     def schedule_actions(self) -> dict[int, list[Action]]:
         if self.schedule is None:
             raise RecordError("plan.schedule: not recorded (a version-1 record)")
-        return {int(r): [Action.parse(a) for a in acts] for r, acts in self.schedule.items()}
+        return {int(r): [Action.parse(a) for a in acts.split()] for r, acts in self.schedule.items()}
 
     def cost_model(self) -> CostModel:
         if self.sim_cost is None:
@@ -244,7 +246,11 @@ def upgrade(data: Any) -> dict:
             if isinstance(old, dict):
                 data["metrics"][part] = {names.get(k, k): v for k, v in old.items()}
     if version < 3 and isinstance(data.get("plan"), dict) and isinstance(data.get("config"), dict):
-        data["plan"].setdefault("simulated", data["config"].get("executor") == "sim")  # the only simulated one then
+        plan = data["plan"]
+        plan.setdefault("simulated", data["config"].get("executor") == "sim")  # the only simulated one then
+        if isinstance(plan.get("schedule"), dict):
+            plan["schedule"] = {r: " ".join(map(str, acts)) if isinstance(acts, list) else acts
+                                for r, acts in plan["schedule"].items()}
     data["schema_version"] = SCHEMA_VERSION
     return data
 

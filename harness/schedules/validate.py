@@ -18,24 +18,47 @@ class ScheduleError(ValueError):
     pass
 
 
-def _fail(schedule: Schedule, why: str, mark: dict[int, int]) -> ScheduleError:
-    return ScheduleError(f"invalid schedule: {why}\n{format_grid(schedule, mark)}")
+def _valid(schedule: Schedule, stages: int, microbatches: int) -> bool:
+    """Every check of `_explain`, on flat integer arrays (a schedule of 10^5 actions in ~0.1 s):
+    in range, one rank per stage, each action once, a complete backward, F before B/I before W
+    and local hand-offs in order on each rank."""
+    S, M = stages, microbatches
+    seen = bytearray(4 * S * M)  # 4 x (stage x M + microbatch) + kind: the action has run
+    owner = [-1] * S
+    kinds = _KIND
+    for rank, acts in schedule.items():
+        for s, k, mb in acts:
+            if not (0 <= s < S and 0 <= mb < M) or owner[s] not in (-1, rank):
+                return False
+            owner[s] = rank
+            i = 4 * (s * M + mb) + kinds[k]
+            if seen[i]:
+                return False
+            seen[i] = 1
+    f, b, i_, w = seen[0::4], seen[1::4], seen[2::4], seen[3::4]
+    if f.count(0) or any(bb == (ii or ww) or ii != ww for bb, ii, ww in zip(b, i_, w)):
+        return False
+    done = bytearray(4 * S * M)
+    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741
+    for rank, acts in schedule.items():
+        for s, k, mb in acts:
+            j = 4 * (s * M + mb)
+            if k is F:
+                if s > 0 and owner[s - 1] == rank and not done[j - 4 * M]:
+                    return False
+            elif k is W:
+                if not done[j + 2]:
+                    return False
+            elif not done[j] or (s + 1 < S and owner[s + 1] == rank and not (done[j + 4 * M + 1] or
+                                                                                done[j + 4 * M + 2])):
+                return False
+            done[j + kinds[k]] = 1
+    return True
 
 
-def _local_feed(a: Action, owner: dict[int, int], rank: int, stages: int) -> list[tuple[int, Kind, int]]:
-    """The neighbour stage's actions (any one of them) that feed `a` when that stage also
-    lives on `rank`: F(s-1) for F(s), B/I(s+1) for B/I(s); empty when the input is a message."""
-    s, mb = a.stage, a.microbatch
-    if a.kind is Kind.F:
-        return [(s - 1, Kind.F, mb)] if s > 0 and owner.get(s - 1) == rank else []
-    if a.kind is Kind.W or s + 1 >= stages or owner.get(s + 1) != rank:
-        return []
-    return [(s + 1, Kind.B, mb), (s + 1, Kind.I, mb)]
-
-
-def validate(schedule: Schedule, stages: int, microbatches: int) -> Compiled:
-    """Raise ScheduleError unless `schedule` is a valid schedule of `stages` x `microbatches`;
-    the schedule compiled for the simulator (its deadlock check) when it is."""
+def _explain(schedule: Schedule, stages: int, microbatches: int) -> None:
+    """The first thing wrong with a schedule, as a ScheduleError with its grid: the checks one
+    by one, in words (run once `_valid` has said something is wrong)."""
     owner: dict[int, int] = {}
     seen: set[tuple[int, Kind, int]] = set()
     for rank in sorted(schedule):
@@ -70,6 +93,32 @@ def validate(schedule: Schedule, stages: int, microbatches: int) -> Compiled:
                 feeders = "/".join(f"{s}{k.value}{mb}" for s, k, mb in feed)
                 raise _fail(schedule, f"{a} comes before {feeders}, which feeds it on the same rank", {rank: i})
             done.add((a.stage, a.kind, a.microbatch))
+
+
+def _fail(schedule: Schedule, why: str, mark: dict[int, int]) -> ScheduleError:
+    return ScheduleError(f"invalid schedule: {why}\n{format_grid(schedule, mark)}")
+
+
+def _local_feed(a: Action, owner: dict[int, int], rank: int, stages: int) -> list[tuple[int, Kind, int]]:
+    """The neighbour stage's actions (any one of them) that feed `a` when that stage also
+    lives on `rank`: F(s-1) for F(s), B/I(s+1) for B/I(s); empty when the input is a message."""
+    s, mb = a.stage, a.microbatch
+    if a.kind is Kind.F:
+        return [(s - 1, Kind.F, mb)] if s > 0 and owner.get(s - 1) == rank else []
+    if a.kind is Kind.W or s + 1 >= stages or owner.get(s + 1) != rank:
+        return []
+    return [(s + 1, Kind.B, mb), (s + 1, Kind.I, mb)]
+
+
+_KIND = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}
+
+
+def validate(schedule: Schedule, stages: int, microbatches: int) -> Compiled:
+    """Raise ScheduleError unless `schedule` is a valid schedule of `stages` x `microbatches`;
+    the schedule compiled for the simulator (its deadlock check) when it is."""
+    if not _valid(schedule, stages, microbatches):
+        _explain(schedule, stages, microbatches)
+        raise ScheduleError(f"invalid schedule\n{format_grid(schedule)}")  # _explain finds what; never here
     try:
         return compile_schedule(schedule)
     except Deadlock as d:

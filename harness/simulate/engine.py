@@ -21,18 +21,16 @@ planner and the report's gallery all run this.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
+from harness.gc_pause import paused
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.simulate.cost import CostModel
 from harness.trace import COMM, COMPUTE, WAIT, Event, Trace
 
 F, B, I, W, LASTB = 0, 1, 2, 3, 4  # cost codes (code * stages + stage); LASTB: a stage's last B or I  # noqa: E741
-KINDS = {Kind.F: F, Kind.B: B, Kind.I: I, Kind.W: W}
+KF, KB, KI, KW = Kind.F, Kind.B, Kind.I, Kind.W
 LETTERS = "FBIW"
 
 
@@ -82,10 +80,16 @@ def _waits_for(s: int, k: int, mb: int, stages: int, done_f: bytearray, done_i: 
     return ", ".join(missing)
 
 
+def _code(k: Kind) -> int:
+    """A kind's cost code, by identity (an enum's hash is a Python call: this runs per action)."""
+    return F if k is KF else B if k is KB else I if k is KI else W
+
+
 def compile_schedule(schedule: Schedule) -> Compiled:
     """Rows in the order the traversal completes the actions (cost independent: an action
-    completes once its inputs exist), every (stage, microbatch) an integer. Deadlock if no
-    rank can go on."""
+    completes once its inputs exist), every (stage, microbatch) an integer: each rank runs its
+    list until it blocks on a missing input, whose producer wakes it. A row is made as its
+    action completes (its inputs' rows exist by then). Deadlock if no rank can go on."""
     owner_map: dict[int, int] = {}
     for r, lst in schedule.items():
         for a in lst:
@@ -93,109 +97,95 @@ def compile_schedule(schedule: Schedule) -> Compiled:
     S = max(owner_map, default=-1) + 1
     M = 1 + max((a.microbatch for acts in schedule.values() for a in acts), default=0)
     n = S * M
-    acts = {r: [(a.stage, KINDS[a.kind], a.microbatch) for a in lst] for r, lst in schedule.items()}
-    # the traversal: done_f[s*M + mb] (F done: its activation exists), done_i (I done), grad (the
-    # gradient of stage s exists); waiting: event code (kind * n + id) -> ranks blocked on it
+    owner = [owner_map[s] for s in range(S)]
+    # done_f[s*M + mb] (F done: its activation exists), done_i (I done), grad (the gradient of
+    # stage s exists); f_row, bi_row, i_row: the row that made each; waiting: event code
+    # (kind * n + id) -> ranks blocked on it
     done_f, done_i, grad = bytearray(n), bytearray(n), bytearray(n)
+    f_row, bi_row, i_row = [-1] * n, [-1] * n, [-1] * n
     waiting: dict[int, list[int]] = {}
     pos = dict.fromkeys(schedule, 0)
-    order: list[tuple[int, int]] = []
+    mine: dict[int, list[int]] = {r: [] for r in schedule}  # each rank's rows, in its order
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    actions: list[tuple[int, int, int, int]] = []
+    receives: list[bool] = []
+    sends: list[bool] = []
     todo = list(schedule)
     last = S - 1
     while todo:
         r = todo.pop()
-        lst, p = acts[r], pos[r]
+        lst, p, rows_r = schedule[r], pos[r], mine[r]
         while p < len(lst):
             s, k, mb = lst[p]
             j = s * M + mb
-            need = -1
-            if k == F:
+            if k is KF:
                 if s and not done_f[j - M]:
-                    need = j - M
-            elif k == W:
-                if not done_i[j]:
-                    need = n + j
-            elif not done_f[j]:
-                need = j
-            elif s < last and not grad[j + M]:
-                need = 2 * n + j + M
-            if need >= 0:
-                waiting.setdefault(need, []).append(r)
-                break
-            if k == F:
+                    waiting.setdefault(j - M, []).append(r)
+                    break
                 done_f[j] = 1
                 made: tuple[int, ...] = (j,)
-            elif k == I:
-                done_i[j] = grad[j] = 1
-                made = (n + j, 2 * n + j)
-            elif k == B:
-                grad[j] = 1
-                made = (2 * n + j,)
+                code = F
+                if s:
+                    cross = owner[s - 1] != r
+                    dep = (f_row[j - M], s - 1 if cross else -1, -1, -1)
+                else:
+                    cross, dep = False, (-1, -1, -1, -1)
+                receives.append(cross)
+                sends.append(s < last and owner[s + 1] != r)
+                f_row[j] = len(rows)
+            elif k is KW:
+                if not done_i[j]:
+                    waiting.setdefault(n + j, []).append(r)
+                    break
+                made, code, dep = (), W, (i_row[j], -1, -1, -1)
+                receives.append(False)
+                sends.append(False)
             else:
-                made = ()
-            for code in made:
-                if code in waiting:
-                    todo += waiting.pop(code)
-            order.append((r, p))
+                if not done_f[j]:
+                    waiting.setdefault(j, []).append(r)
+                    break
+                if s < last and not grad[j + M]:
+                    waiting.setdefault(2 * n + j + M, []).append(r)
+                    break
+                if k is KI:
+                    done_i[j] = grad[j] = 1
+                    made, code = (n + j, 2 * n + j), I
+                    i_row[j] = len(rows)
+                else:
+                    grad[j] = 1
+                    made, code = (2 * n + j,), B
+                bi_row[j] = len(rows)
+                if s < last:
+                    cross = owner[s + 1] != r
+                    dep = (f_row[j], -1, bi_row[j + M], S + s + 1 if cross else -1)
+                else:
+                    cross, dep = False, (f_row[j], -1, -1, -1)
+                receives.append(cross)
+                sends.append(s > 0 and owner[s - 1] != r)
+            rows.append((rows_r[-1] if rows_r else -1, *dep, code * S + s))
+            actions.append((r, s, code, mb))
+            rows_r.append(len(rows) - 1)
+            for c in made:
+                if c in waiting:
+                    todo += waiting.pop(c)
             p += 1
         pos[r] = p
-    stuck = [Stuck(r, pos[r], schedule[r][pos[r]], _waits_for(*acts[r][pos[r]], S, done_f, done_i, grad, M))
-             for r in sorted(schedule) if pos[r] < len(acts[r])]
+    stuck = [Stuck(r, pos[r], a, _waits_for(a.stage, _code(a.kind), a.microbatch, S, done_f, done_i, grad, M))
+             for r in sorted(schedule) if pos[r] < len(schedule[r]) for a in (schedule[r][pos[r]],)]
     if stuck:
         raise Deadlock(stuck)
-    return _rows(schedule, acts, order, owner_map, S, M)
-
-
-def _rows(schedule: Schedule, acts: dict, order: list[tuple[int, int]], owner_map: dict[int, int], S: int,
-          M: int) -> Compiled:
-    n = S * M
-    index = {r: [0] * len(lst) for r, lst in acts.items()}
-    f_row, bi_row, i_row = [-1] * n, [-1] * n, [-1] * n
-    for i, (r, p) in enumerate(order):
-        index[r][p] = i
-        s, k, mb = acts[r][p]
-        if k == F:
-            f_row[s * M + mb] = i
-        elif k != W:
-            bi_row[s * M + mb] = i
-            if k == I:
-                i_row[s * M + mb] = i
-    last_bwd: dict[int, tuple[int, int]] = {}  # stage -> (rank, position) of its last B/I in rank order
-    for r, lst in acts.items():
-        for p, (s, k, _) in enumerate(lst):
-            if k in (B, I):
-                last_bwd[s] = (r, p)
-    last_rows = {index[r][p] for r, p in last_bwd.values()}
-    rows, actions, receives, sends = [], [], [], []
-    last = S - 1
-    for i, (r, p) in enumerate(order):
-        s, k, mb = acts[r][p]
-        j = s * M + mb
-        prev = index[r][p - 1] if p else -1
-        d1 = h1 = d2 = h2 = -1
-        if k == F:
-            if s:
-                d1, h1 = f_row[j - M], (s - 1 if owner_map[s - 1] != r else -1)
-            receives.append(s > 0 and owner_map[s - 1] != r)
-            sends.append(s < last and owner_map[s + 1] != r)
-        elif k == W:
-            d1 = i_row[j]
-            receives.append(False)
-            sends.append(False)
-        else:
-            d1 = f_row[j]
-            if s < last:
-                d2, h2 = bi_row[j + M], (S + s + 1 if owner_map[s + 1] != r else -1)
-            receives.append(s < last and owner_map[s + 1] != r)
-            sends.append(s > 0 and owner_map[s - 1] != r)
-        rows.append((prev, d1, h1, d2, h2, (LASTB if i in last_rows else k) * S + s))
-        actions.append((r, s, k, mb))
     ranks = tuple(sorted(schedule))
-    by_rank = tuple(tuple(index[r]) for r in ranks)
-    lastb = tuple(acts[r][p][1] for r, p in (last_bwd[s] for s in range(S)))
-    counts = tuple(Counter((k, s) for s, k, _ in acts[r]) for r in ranks)
-    return Compiled(S, ranks, tuple(owner_map[s] for s in range(S)), tuple(rows), tuple(actions), by_rank, lastb,
-                    tuple(receives), tuple(sends), counts, frozenset(last_rows))
+    last_rows: dict[int, int] = {}  # stage -> the row of its last B or I, in its rank's order
+    for r in ranks:
+        for i in mine[r]:
+            if actions[i][2] in (B, I):
+                last_rows[actions[i][1]] = i
+    lastb = tuple(actions[last_rows[s]][2] for s in range(S))
+    for s, i in last_rows.items():  # its cost code: the sync runs inside it
+        rows[i] = (*rows[i][:5], LASTB * S + s)
+    counts = tuple(Counter((code, s) for _, s, code, _ in (actions[i] for i in mine[r])) for r in ranks)
+    return Compiled(S, ranks, tuple(owner), tuple(rows), tuple(actions), tuple(tuple(mine[r]) for r in ranks),
+                    lastb, tuple(receives), tuple(sends), counts, frozenset(last_rows.values()))
 
 
 def _table(c: Compiled, cost: CostModel) -> tuple[list[float], list[float]]:
@@ -288,20 +278,6 @@ class _Parts:
         return lead, self.compute[k][s] + self.o, tail
 
 
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused for the block (reference counting still frees
-    everything): creating many small objects otherwise triggers collections that scan all of
-    them, about a quarter of the time, and none is garbage until the trace is dropped."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def trace(c: Compiled, cost: CostModel, step: int = 0, end: list[float] | None = None) -> Trace:
     """The step as events: each rank's actions in its order (rank 0's first), with, where they
     cost anything, a receive wait before an action, the gradient sync (`dp_sync`) and a send
@@ -312,7 +288,7 @@ def trace(c: Compiled, cost: CostModel, step: int = 0, end: list[float] | None =
     new_event = object.__new__
     out: Trace = []
     append = out.append
-    with no_gc():
+    with paused():
         for rows in c.by_rank:
             for i in rows:
                 r, s, k, mb = c.actions[i]
