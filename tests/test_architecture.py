@@ -101,3 +101,18 @@ def test_the_model_is_built_once_per_job_in_the_main_process(tmp_path, monkeypat
     r = run_job(c, tmp_path, "test", "once")
     assert r.status == "ok", r.error
     assert len(built) == 1
+
+
+def test_a_simulated_job_simulates_each_distinct_cost_model_once(tmp_path, monkeypatch):
+    """executor=sim's step, its timeout, its bubble, model_step_s and the planning are one
+    simulation of the plan's priced costs; the attribution's free-communication one is the
+    only other (theory is a closed form here)."""
+    from harness.simulate import engine
+
+    costs = []
+    timing = engine.timing
+    monkeypatch.setattr(engine, "timing", lambda c, cost: costs.append(cost) or timing(c, cost))
+    c = set_keys(Config(), **{"pp": 4, "dp": 2, "microbatches": 8, "executor": "sim", "wandb.mode": "disabled"})
+    r = run_job(c, tmp_path, "test", "sim")
+    assert r.status == "ok", r.error
+    assert len(costs) == len(set(costs)) == 2

@@ -189,7 +189,7 @@ def _divisors(n: int) -> list[int]:
 
 def _reason(message: str) -> str:
     """A refusal's kind: its line with the numbers left out (`microbatches=N: dualpipev needs...`)."""
-    return re.sub(r"\d+", "N", message.split(" (")[0])
+    return re.sub(r"\b\d+\b", "N", message.split(" (")[0])
 
 
 def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str]]:

@@ -1,13 +1,19 @@
-"""Benchmark: the simulator on interleaved 1F1B at N=64, M=1024, V=2 (262,144 actions).
+"""Benchmarks: the simulator on interleaved 1F1B at N=64, M=1024, V=2 (262,144 actions), and a
+whole simulated job (python -m harness executor=sim) of 65,536 actions end to end.
 
-`make bench` times it; under the default --benchmark-disable it runs once as a test.
+`make bench` times them; under the default --benchmark-disable each runs once as a test.
 """
 
 from __future__ import annotations
 
 import pytest
 
+import time
+from pathlib import Path
+
 from harness import theory
+from harness.config import Config, set_keys
+from harness.job import run_job
 from harness.metrics import bubble_per_rank
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
@@ -24,3 +30,33 @@ def test_simulate_interleaved_64_ranks_1024_microbatches(benchmark):
     assert len(trace) == 2 * N * V * M
     got = sum(bubble_per_rank(trace, N)) / N
     assert got == pytest.approx(theory.bubble_fraction("interleaved_1f1b", N, M, V), abs=1e-9)
+
+
+def _sim_job(pp: int, m: int) -> Config:
+    return set_keys(Config(), **{"executor": "sim", "schedule.name": "interleaved_1f1b", "pp": pp, "microbatches": m,
+                                 "virtual_stages": 2, "model.layers": 2 * pp, "wandb.mode": "disabled"})
+
+
+@pytest.mark.bench
+def test_a_simulated_job_per_action(benchmark, tmp_path: Path):
+    """Timed: run_job of executor=sim, interleaved 1F1B pp=32, M=512, v=2 (65,536 actions a
+    step): plan (build, validate, compile), simulate, metrics, memory theory, result.json,
+    trace.json and the Gantt chart. extra_info: microseconds per action, wall and this
+    process's CPU (the goal: under 10). The assertion only catches a return to per-event
+    Python everywhere (~70 us an action before the one simulator)."""
+    run_job(_sim_job(4, 8), tmp_path / "warm", "bench", "warm-up")  # imports, fonts, torch's first calls
+    times: dict[str, list[float]] = {"wall": [], "cpu": []}
+    c = _sim_job(32, 512)
+
+    def job() -> None:
+        w, cpu = time.perf_counter(), time.process_time()
+        r = run_job(c, tmp_path / "job", "bench", "sim")
+        times["wall"].append(time.perf_counter() - w)
+        times["cpu"].append(time.process_time() - cpu)
+        assert r.status == "ok", r.error
+
+    benchmark.pedantic(job, rounds=3, iterations=1)
+    actions = 32 * 2 * 512 * 2
+    per = {f"{k}_us_per_action": min(v) / actions * 1e6 for k, v in times.items()}
+    benchmark.extra_info.update(actions=actions, **per)
+    assert per["cpu_us_per_action"] < 60, per
