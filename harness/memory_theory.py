@@ -170,7 +170,7 @@ class LayerMemory:
         self.numels = model.numels
         self.params = model.layer_params
         self._singletons = [(i, i + 1) for i in range(self.L)]
-        self._layers: dict[tuple, tuple[int, int, int]] = {}  # (signature, B) -> traced bytes
+        self._layers: dict[tuple, StageActivations] = {}  # (signature, B, checkpointed) -> traced bytes
         self._pairs: dict[tuple, int] = {}  # (signature of i - 1, of i, B) -> shared bytes
 
     def signature(self, i: int) -> tuple:
@@ -190,12 +190,11 @@ class LayerMemory:
     def _trace(self, a: int, e: int, b: int, checkpointing: bool) -> StageActivations:
         return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, 0, self.device)
 
-    def layer(self, i: int, b: int) -> tuple[int, int, int]:
-        """(held without checkpointing, held checkpointed alone, its recompute) of layer i at b."""
-        key = (self.signature(i), b)
+    def layer(self, i: int, b: int, checkpointed: bool = False) -> StageActivations:
+        """What layer i holds at b (kept, and recompute when checkpointed) as a stage of its own."""
+        key = (self.signature(i), b, checkpointed)
         if key not in self._layers:
-            plain, ck = self._trace(i, i + 1, b, False), self._trace(i, i + 1, b, True)
-            self._layers[key] = (plain.kept, ck.kept, ck.recompute)
+            self._layers[key] = self._trace(i, i + 1, b, checkpointed)
         return self._layers[key]
 
     def shared(self, i: int, b: int) -> int:
@@ -204,32 +203,37 @@ class LayerMemory:
         key = (self.signature(i - 1), self.signature(i), b)
         if key not in self._pairs:
             both = self._trace(i - 1, i + 1, b, False).kept
-            self._pairs[key] = self.layer(i - 1, b)[0] + self.layer(i, b)[0] - both
+            self._pairs[key] = self.layer(i - 1, b).kept + self.layer(i, b).kept - both
         return self._pairs[key]
 
     def warm(self, b: int) -> None:
         """Every trace a stage at microbatch size b can need (so forked searchers inherit them)."""
         for i in range(self.L):
             self.layer(i, b)
+            self.layer(i, b, checkpointed=True)
             if i:
                 self.shared(i, b)
 
-    def _held(self, a: int, e: int, b: int, col: int) -> int:
-        return sum(self.layer(i, b)[col] for i in range(a, e)) - sum(self.shared(i, b) for i in range(a + 1, e))
+    def _held(self, a: int, e: int, b: int, recompute: bool = False) -> int:
+        """Layers [a, e) at b without checkpointing: their bytes less each inner boundary once;
+        with `recompute`, what their checkpointed recompute materialises (the same, counted as
+        a checkpointed layer's recompute is)."""
+        held = (self.layer(i, b, True).recompute if recompute else self.layer(i, b).kept for i in range(a, e))
+        return sum(held) - sum(self.shared(i, b) for i in range(a + 1, e))
 
     def stage(self, a: int, e: int, b: int, checkpointing: bool, every: int = 0) -> StageActivations:
         """What one microbatch through layers [a, e) holds from its F to its backward, and its
         recompute with checkpointing (segments of `every` layers; 0: the whole stage)."""
         if not checkpointing:
-            return StageActivations(self._held(a, e, b, 0), 0)
+            return StageActivations(self._held(a, e, b), 0)
         size = every or (e - a)
         starts = range(a, e, size)
         kept = sum(self.in_bytes(lo, b) for lo in starts)
         if e == self.L:  # the loss's held bytes and the loss itself, measured on the head alone
-            kept += self.layer(self.L - 1, b)[1] - self.in_bytes(self.L - 1, b)
+            kept += self.layer(self.L - 1, b, True).kept - self.in_bytes(self.L - 1, b)
         else:
             kept += self.act_bytes(b)
-        recompute = max(self._held(lo, min(e, lo + size), b, 2) for lo in starts)
+        recompute = max(self._held(lo, min(e, lo + size), b, recompute=True) for lo in starts)
         return StageActivations(kept, recompute)
 
 

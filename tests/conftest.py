@@ -138,9 +138,6 @@ SLOW = (
     # predictions against timed runs, which a busy machine moves (like the benchmarks); the whole
     # grid is test_predictions_hold_on_the_whole_grid, also slow; make test: the known-answer searches
     "tests/test_advise.py::test_predictions_hold_on_this_machine_small",
-    # the per-layer memory trace of the larger models: [mlp] traces the same code
-    "tests/test_advise.py::test_memory_composed_per_layer_equals_memory_theory[gpt]",
-    "tests/test_advise.py::test_memory_composed_per_layer_equals_memory_theory[llama]",
     # fresh interpreters: test_cli_bad_input_is_one_line_and_exit_2, test_relative_paths_are_the_users_also_under_chdir
     "tests/test_advise.py::test_module_entry_point_runs",
     "tests/test_cli.py::test_the_console_script_runs_elsewhere_with_relative_paths",
