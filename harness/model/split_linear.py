@@ -3,7 +3,10 @@ backward into I (input gradient, needed by the previous stage now) and W (weight
 gradient, any time before the optimizer). Qi et al. 2024, arXiv 2401.10241, sec. 2;
 Megatron-LM's WeightGradStore does the same.
 
-With no store attached, or a store not deferring, the backward is a plain Linear's.
+With no store attached, or a store not deferring, the backward is a plain Linear's. Within
+`defer(None)` (a microbatch whose backward is a full B) the layer records nn.Linear's own
+graph: the deferrable one is a Python autograd Function, whose forward and backward cost
+~5 us a layer each way in Python, for nothing to defer.
 Other parameters (none in mlp) get their gradients in I, as in Megatron.
 """
 
@@ -23,17 +26,23 @@ class WeightGradStore:
 
     def __init__(self) -> None:
         self.deferring: Hashable | None = None  # key while an I runs (set by defer); None: dW at once
+        self.whole = False  # within defer(None): SplitLinear runs as nn.Linear (see defer)
         # key -> [(work, tensors it holds until it runs)]
         self.pending: dict[Hashable, list[tuple[Callable[[], None], tuple[torch.Tensor, ...]]]] = defaultdict(list)
 
     @contextmanager
     def defer(self, key: Hashable | None) -> Iterator[None]:
-        """Within: weight gradients are queued under `key` (an I), or computed at once (None)."""
-        self.deferring = key
+        """Within: weight gradients are queued under `key` (an I), or computed at once (None).
+        Hold it around a microbatch's forward too: under None its SplitLinear layers record
+        nn.Linear's own graph (nothing to defer, no Python in its backward), under a key the
+        deferrable one. A checkpointed recompute runs inside the backward's defer and must
+        record what its forward recorded: so the forward's and the backward's key agree.
+        Outside any defer, the deferrable graph (deferred or not by its backward's defer)."""
+        self.deferring, self.whole = key, key is None
         try:
             yield
         finally:
-            self.deferring = None
+            self.deferring, self.whole = None, False
 
     def run(self, key: Hashable) -> None:
         """W: every weight gradient deferred under `key`, accumulated into .grad."""
@@ -88,7 +97,7 @@ class SplitLinear(nn.Linear):
     store: WeightGradStore | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.store is None:
+        if self.store is None or self.store.whole:
             return F.linear(x, self.weight, self.bias)
         return _LinearFn.apply(x, self.weight, self.bias, self.store)
 

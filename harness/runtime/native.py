@@ -63,6 +63,8 @@ class NativeRunner:
         self.sync = GradSync(dp_group, device, self.emulator, self.tracer) if c.dp > 1 else None
         if self.sync:
             self.modules = {s: self.sync.wrap(m) for s, m in self.modules.items()}
+        # (stage, mb) whose backward is an I: only their forwards record the deferrable graph
+        self.deferred = {(a.stage, a.microbatch) for a in self.actions if a.kind is Kind.I}
         # the index of each stage's last backward in the action list: where DDP syncs
         self.last_backward = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I)}
         self.microbatch_bytes: list[int] = []
@@ -110,7 +112,8 @@ class NativeRunner:
         x = batch[mb][0] if s == 0 else self.transport.recv(Message(s - 1, s, "act", mb), a).requires_grad_(True)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         loss = None
-        with self.meter.saving(key), GradSync.forward_context(self.modules[s]):
+        with (self.meter.saving(key), self.store.defer(key if key in self.deferred else None),
+              GradSync.forward_context(self.modules[s])):
             y = self._call(s, x, key)
             if last:  # in fp32, whatever the dtype; fp16 scales it for the backward (precision.py)
                 loss = self.model.loss(y.float(), batch[mb][1]) / self.plan.config.microbatches
