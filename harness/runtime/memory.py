@@ -5,6 +5,11 @@ executor keeps (stage inputs and outputs, checkpoint segment inputs, what a defe
 weight gradient holds), each storage once, parameters excluded. A (stage, microbatch)'s
 bytes are released when its backward (B, or W for split schedules) has run.
 torch.cuda.max_memory_allocated is no help on CPU; this works on both.
+
+Inside a timed action the meter only notes what it sees (`note`, with when), and counts it
+once the action's event has closed (`count_noted`): the counting is the meter's
+bookkeeping (~1 us a tensor), not the action's compute; between events it is runtime
+overhead, as the meter's other bookkeeping already is.
 """
 
 from __future__ import annotations
@@ -25,9 +30,21 @@ class MemoryMeter:
         self.grads = 0  # gradient bytes live now (set by the runner after each backward)
         self.peak_with_grads = 0  # the largest live + grads
         self.samples: list[tuple[int, int]] = []  # (perf_counter_ns, live bytes)
-        self._key: Hashable | None = None
+        self.noted: list[tuple[Hashable, torch.Tensor | None, int]] = []  # (key, tensor, ns): to count
 
-    def keep(self, key: Hashable, t: torch.Tensor | None) -> None:
+    def note(self, key: Hashable, t: torch.Tensor | None) -> None:
+        """`keep(key, t)`, as of now, deferred to the next `count_noted`: cheap enough for
+        inside a timed action."""
+        self.noted.append((key, t, time.perf_counter_ns()))
+
+    def count_noted(self) -> None:
+        """Every noted tensor kept, in the order noted, each sample at its noting time."""
+        for key, t, at in self.noted:
+            self.keep(key, t, at)
+        self.noted.clear()
+
+    def keep(self, key: Hashable, t: torch.Tensor | None, at: int | None = None) -> None:
+        """Count `t`'s storage under `key` (once), live from `at` (ns; default now)."""
         if t is None or not isinstance(t, torch.Tensor):
             return
         storage = t.untyped_storage()
@@ -40,7 +57,7 @@ class MemoryMeter:
         if self.live > self.peak:
             self.peak = self.live
         self.peak_with_grads = max(self.peak_with_grads, self.live + self.grads)
-        self.samples.append((time.perf_counter_ns(), self.live))
+        self.samples.append((time.perf_counter_ns() if at is None else at, self.live))
 
     def release(self, key: Hashable) -> None:
         self.live -= sum(self.held.pop(key, {}).values())
@@ -55,10 +72,11 @@ class MemoryMeter:
 
     @contextmanager
     def saving(self, key: Hashable) -> Iterator[None]:
-        """Within: every tensor autograd saves is counted under `key`."""
+        """Within: every tensor autograd saves is noted under `key` (count_noted counts them)."""
+        noted, clock = self.noted.append, time.perf_counter_ns  # bound once: pack runs per saved tensor
 
         def pack(t: torch.Tensor) -> torch.Tensor:
-            self.keep(key, t)
+            noted((key, t, clock()))
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

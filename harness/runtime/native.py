@@ -50,7 +50,7 @@ class NativeRunner:
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
         self.modules: dict[int, nn.Module] = dict(self.layers)
         if c.checkpointing:
-            self.modules = {s: CheckpointedStage(m, c.checkpoint_every, self.meter.keep, self._timed_recompute)
+            self.modules = {s: CheckpointedStage(m, c.checkpoint_every, self.meter.note, self._timed_recompute)
                             for s, m in self.modules.items()}
         # process groups: every rank creates every group, in one order (new_group is collective)
         dp_group = ctx.dp_group
@@ -120,6 +120,7 @@ class NativeRunner:
                 y = loss * self.precision.loss_scale
         self.emulator.hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
+        self.meter.count_noted()  # what autograd saved during the F: counted outside its event
         self.meter.keep(key, x if s > 0 else None)
         self.meter.keep(key, y)
         self.microbatch_bytes.append(self.meter.bytes_of(key))
