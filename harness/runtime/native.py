@@ -42,6 +42,7 @@ class NativeRunner:
         self.store = WeightGradStore()
         self.layers: dict[int, nn.Module] = {}  # stage -> its layers, under any wrapper
         self.precision = Precision(c.dtype)
+        self.loss_scale = self.precision.loss_scale
         for s, r in plan.stage_rank.items():
             if r == self.prank:
                 self.layers[s] = plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
@@ -117,7 +118,7 @@ class NativeRunner:
             y = self._call(s, x, key)
             if last:  # in fp32, whatever the dtype; fp16 scales it for the backward (precision.py)
                 loss = self.model.loss(y.float(), batch[mb][1]) / self.plan.config.microbatches
-                y = loss * self.precision.loss_scale
+                y = loss * self.loss_scale if self.loss_scale != 1.0 else loss  # x 1.0: an op and a node for nothing
         self.emulator.hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
         self.meter.count_noted()  # what autograd saved during the F: counted outside its event
