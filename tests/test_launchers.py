@@ -56,7 +56,7 @@ def test_submitit_local_runs_a_point_as_ranks_and_rank0_records(tmp_path, monkey
     assert result.env.world_size == 4
     assert result.metrics.losses == pytest.approx(reference_losses(to_config(composed(*point)))[0], rel=1e-5)
     assert {p.name for p in sweep.iterdir()} == {records[0].parent.name, ".submitit", "multirun.yaml", SWEEP_LOG,
-                                                 ".harness.lock"}
+                                                 "sweep.json", ".harness.lock"}
     tasks = list((sweep / ".submitit").glob("*/*_log.out"))
     assert len(tasks) == 4  # one log per task: the 4 ranks were submitit's tasks, not forked by harness
     # progress on the console as the job starts and comes back, and the headline in sweep.log
