@@ -13,7 +13,7 @@ import os
 from harness import compat
 from harness.config import MAX_ACTIONS, Config, ConfigError, check_values, one_of
 from harness.model import MODELS
-from harness.model.built import BuiltModel
+from harness.model.built import BuiltModel, built_model
 from harness.precision import Precision
 from harness.runtime.faults import parse_fault
 from harness.runtime.registry import EXECUTORS, Executor, entry_point
@@ -43,7 +43,7 @@ def validate(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     executor = EXECUTORS[c.executor]
     _check_executor(c, executor, cuda_devices, here)
     if model is None:
-        model = BuiltModel(c.model)
+        model = built_model(c.model)
     _check_faults(c, executor)
     if schedule.build is not None:  # a CSV schedule's stages are known once the plan reads it
         check_stages(c, c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages), model.num_layers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from harness.config import Config
-from harness.model.built import BuiltModel
+from harness.model.built import BuiltModel, built_model
 from harness.optimizer import Optimizer
 from harness.precision import Precision
 
@@ -16,7 +16,7 @@ def reference_losses(c: Config, built: BuiltModel | None = None) -> tuple[list[f
     parameter name ("layer.param") of one process running the whole global batch. `built`:
     the config's model, when the caller has built it (a job's plan has)."""
     torch.set_num_threads(1)
-    built = built or BuiltModel(c.model)
+    built = built or built_model(c.model)
     model, precision = built.model, Precision(c.dtype)
     net = built.build_stage(0, model.num_layers, c.seed, precision.dtype)
     opt = Optimizer(list(net.parameters()), c.lr, c.optimizer, precision)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.compose import compose_config
 from harness.config import ConfigError, PartitionConfig, check_cluster
-from harness.model.built import BuiltModel
+from harness.model.built import built_model
 from harness.model.profile_data import ProfileError, profile_model, read_profile
 
 from .search import AdviseError, Problem, with_model
@@ -90,7 +90,7 @@ def build_problem(overrides: list[str], global_batch: int | None) -> Problem:
     c = replace(c, executor="sim", compute=compute, device="cuda" if c.cluster.device == "cuda" else c.device,
                 global_batch=gb)
     try:
-        model = BuiltModel(c.model)
+        model = built_model(c.model)
         _ = model.num_layers
     except ConfigError as e:
         raise AdviseError(str(e)) from None

@@ -9,6 +9,7 @@ factory again). Its parameter tensors are counted once, on the meta device (no m
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from functools import cached_property
 
 import torch
@@ -95,3 +96,19 @@ class BuiltModel:
     def __setstate__(self, state: dict) -> None:
         self.config = state["config"]
         self.model = get_model(self.config)
+
+
+_BUILT: OrderedDict[str, BuiltModel] = OrderedDict()  # the last few configs' models, by their repr
+KEEP_BUILT = 8
+
+
+def built_model(config: ModelConfig) -> BuiltModel:
+    """The BuiltModel of `config`, shared by every plan in this process that has the same one (a
+    sweep's jobs, the planner's commands, a calibration's runs): each model is built, and its
+    layers counted on the meta device, once."""
+    key = repr(config)
+    hit = _BUILT.pop(key, None)
+    _BUILT[key] = hit if hit is not None else BuiltModel(config)
+    while len(_BUILT) > KEEP_BUILT:
+        _BUILT.popitem(last=False)
+    return _BUILT[key]

@@ -80,6 +80,10 @@ def test_native_vs_pytorch_step_time(benchmark, config, tmp_path: Path, pp, over
     assert rounds[0]["native"].losses == pytest.approx(rounds[0]["pytorch"].losses, rel=1e-5)
     benchmark.extra_info.update({f"{ex}_step_s": step[ex] for ex in EXECUTORS})
     benchmark.extra_info["native_over_pytorch"] = step["native"] / step["pytorch"]
+    # each executor's own cost per action: the median over rounds and stages of its mean F and B
+    for kind in ("F", "B"):
+        per = {ex: statistics.median(x for r in rounds for x in r[ex].mean_op_s[kind]) for ex in EXECUTORS}
+        benchmark.extra_info[f"native_over_pytorch_{kind}"] = per["native"] / per["pytorch"]
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
