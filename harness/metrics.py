@@ -14,7 +14,6 @@ import torch
 
 from harness import theory
 from harness.execution import Execution
-from harness.memory_theory import RankBytes, theory_per_rank
 from harness.plan import Plan
 from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
 from harness.schedules.ir import Kind
@@ -184,25 +183,20 @@ def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
     return statistics.median(per_step)
 
 
-def theory_bytes(plan: Plan) -> list[RankBytes]:
-    """harness/memory_theory.py's bytes of every global rank (once per plan)."""
-    return plan._derive("theory_bytes", lambda: theory_per_rank(plan))
-
-
 def memory_per_rank(plan: Plan, run: Execution) -> dict:
     """Every byte of every global rank, measured (what its runner accounted) beside theory,
     and whether each fits memory_budget_gib."""
-    theory_bytes_ = [r.as_dict() for r in theory_bytes(plan)]
+    theory_bytes = [r.as_dict() for r in plan.theory_per_rank()]
     measured = [r.memory_breakdown for r in run.reports] if run.reports else None
     cuda = [r.cuda_memory for r in run.reports] if run.reports and all(r.cuda_memory for r in run.reports) else None
     budget = None
     if plan.config.memory_budget_gib is not None:
         limit = int(plan.config.memory_budget_gib * 2**30)
         use_measured = measured is not None and all(m and m.get("peak") is not None for m in measured)
-        peaks = [m["peak"] for m in measured] if use_measured else [t["peak"] for t in theory_bytes_]
+        peaks = [m["peak"] for m in measured] if use_measured else [t["peak"] for t in theory_bytes]
         budget = Budget(limit, "measured" if use_measured else "theory", [p <= limit for p in peaks],
                         [limit - p for p in peaks])
-    return {"measured_per_rank": measured, "theory_per_rank": theory_bytes_, "cuda_per_rank": cuda, "budget": budget}
+    return {"measured_per_rank": measured, "theory_per_rank": theory_bytes, "cuda_per_rank": cuda, "budget": budget}
 
 
 def over_budget(plan: Plan) -> str | None:
@@ -210,7 +204,7 @@ def over_budget(plan: Plan) -> str | None:
     if plan.config.memory_budget_gib is None:
         return None
     limit = plan.config.memory_budget_gib * 2**30
-    ranks = theory_bytes(plan)
+    ranks = plan.theory_per_rank()
     worst = max(range(len(ranks)), key=lambda g: ranks[g].peak)
     r = ranks[worst]
     if r.peak <= limit:

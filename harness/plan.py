@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from harness.checks import check_stages, ranks_on_host, validate
 from harness.config import DTYPE_BYTES, Config, ConfigError
-from harness.memory_theory import LayerMemory, Replay, layer_memory, replay
+from harness.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
@@ -136,6 +136,10 @@ class Plan:
     def memory(self) -> LayerMemory:
         """The model's per-layer memory in the run's dtype, traced on the modeled device."""
         return layer_memory(self.model, self.config.dtype, self.model_device)
+
+    def theory_per_rank(self) -> list[RankBytes]:
+        """harness/memory_theory.py's bytes of every global rank (once per plan)."""
+        return self._derive("theory_per_rank", lambda: theory_per_rank(self))
 
     def record(self) -> PlanRecord:
         """What result.json keeps of the plan: enough to draw and simulate it again without planning."""

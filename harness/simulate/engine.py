@@ -288,15 +288,21 @@ def trace(c: Compiled, cost: CostModel, step: int = 0, end: list[float] | None =
     new_event = object.__new__
     out: Trace = []
     append = out.append
+    durs = [[x + cost.action_overhead_s for x in times] for times in parts.compute]
+    actions = c.actions
     with paused():
         for rows in c.by_rank:
             for i in rows:
-                r, s, k, mb = c.actions[i]
-                lead, dur, tail = parts.of(i, s, k)
-                t1 = end[i] - tail
-                t0 = t1 - dur
+                r, s, k, mb = actions[i]
+                if plain:  # no receive before, no sync or send after: the action ends its row
+                    lead, t1 = 0.0, end[i]
+                    t0, tail = t1 - durs[k][s], 0.0
+                else:
+                    lead, dur, tail = parts.of(i, s, k)
+                    t1 = end[i] - tail
+                    t0 = t1 - dur
                 letter = LETTERS[k]
-                if not plain and lead:
+                if lead:
                     append(Event(r, step, f"recv {s}{letter}{mb}", WAIT, "recv", s, mb, t0 - lead, t0))
                 # Event(...) sets its frozen fields one object.__setattr__ at a time, 3x slower than
                 # filling the instance dict in field order (same object, same memory; tested)
