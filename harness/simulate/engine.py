@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 from harness.gc_pause import paused
 from harness.schedules.ir import Action, Kind, Schedule
@@ -60,10 +61,22 @@ class Compiled:
     actions: tuple[tuple[int, int, int, int], ...]  # [row] (rank, stage, kind code, microbatch)
     by_rank: tuple[tuple[int, ...], ...]  # [i-th rank] its rows in its own order
     lastb_kind: tuple[int, ...]  # [stage] B or I: what its last backward is
-    receives: tuple[bool, ...]  # [row] its input comes from another rank
-    sends: tuple[bool, ...]  # [row] its output goes to another rank
     kind_counts: tuple[dict[tuple[int, int], int], ...]  # [i-th rank] (kind code, stage) -> its actions of them
     lastb: frozenset[int]  # rows that are a stage's last backward (where its gradient sync runs)
+
+    @cached_property
+    def receives(self) -> tuple[bool, ...]:
+        """[row] its input comes from another rank (F from stage - 1, B/I from stage + 1)."""
+        own, last = self.owner, self.stages - 1
+        return tuple(k != W and (s > 0 and own[s - 1] != r if k == F else s < last and own[s + 1] != r)
+                     for r, s, k, _ in self.actions)
+
+    @cached_property
+    def sends(self) -> tuple[bool, ...]:
+        """[row] its output goes to another rank (F's to stage + 1, B/I's to stage - 1)."""
+        own, last = self.owner, self.stages - 1
+        return tuple(k != W and (s < last and own[s + 1] != r if k == F else s > 0 and own[s - 1] != r)
+                     for r, s, k, _ in self.actions)
 
 
 def _waits_for(s: int, k: int, mb: int, stages: int, done_f: bytearray, done_i: bytearray, grad: bytearray,
@@ -108,38 +121,35 @@ def compile_schedule(schedule: Schedule) -> Compiled:
     mine: dict[int, list[int]] = {r: [] for r in schedule}  # each rank's rows, in its order
     rows: list[tuple[int, int, int, int, int, int]] = []
     actions: list[tuple[int, int, int, int]] = []
-    receives: list[bool] = []
-    sends: list[bool] = []
     todo = list(schedule)
     last = S - 1
     while todo:
         r = todo.pop()
         lst, p, rows_r = schedule[r], pos[r], mine[r]
+        prev = rows_r[-1] if rows_r else -1
         while p < len(lst):
             s, k, mb = lst[p]
             j = s * M + mb
+            i = len(rows)
             if k is KF:
                 if s and not done_f[j - M]:
                     waiting.setdefault(j - M, []).append(r)
                     break
                 done_f[j] = 1
+                f_row[j] = i
                 made: tuple[int, ...] = (j,)
-                code = F
                 if s:
-                    cross = owner[s - 1] != r
-                    dep = (f_row[j - M], s - 1 if cross else -1, -1, -1)
+                    rows.append((prev, f_row[j - M], s - 1 if owner[s - 1] != r else -1, -1, -1, s))
                 else:
-                    cross, dep = False, (-1, -1, -1, -1)
-                receives.append(cross)
-                sends.append(s < last and owner[s + 1] != r)
-                f_row[j] = len(rows)
+                    rows.append((prev, -1, -1, -1, -1, s))
+                actions.append((r, s, F, mb))
             elif k is KW:
                 if not done_i[j]:
                     waiting.setdefault(n + j, []).append(r)
                     break
-                made, code, dep = (), W, (i_row[j], -1, -1, -1)
-                receives.append(False)
-                sends.append(False)
+                made = ()
+                rows.append((prev, i_row[j], -1, -1, -1, W * S + s))
+                actions.append((r, s, W, mb))
             else:
                 if not done_f[j]:
                     waiting.setdefault(j, []).append(r)
@@ -150,21 +160,19 @@ def compile_schedule(schedule: Schedule) -> Compiled:
                 if k is KI:
                     done_i[j] = grad[j] = 1
                     made, code = (n + j, 2 * n + j), I
-                    i_row[j] = len(rows)
+                    i_row[j] = i
                 else:
                     grad[j] = 1
                     made, code = (2 * n + j,), B
-                bi_row[j] = len(rows)
+                bi_row[j] = i
                 if s < last:
-                    cross = owner[s + 1] != r
-                    dep = (f_row[j], -1, bi_row[j + M], S + s + 1 if cross else -1)
+                    rows.append((prev, f_row[j], -1, bi_row[j + M], S + s + 1 if owner[s + 1] != r else -1,
+                                 code * S + s))
                 else:
-                    cross, dep = False, (f_row[j], -1, -1, -1)
-                receives.append(cross)
-                sends.append(s > 0 and owner[s - 1] != r)
-            rows.append((rows_r[-1] if rows_r else -1, *dep, code * S + s))
-            actions.append((r, s, code, mb))
-            rows_r.append(len(rows) - 1)
+                    rows.append((prev, f_row[j], -1, -1, -1, code * S + s))
+                actions.append((r, s, code, mb))
+            rows_r.append(i)
+            prev = i
             for c in made:
                 if c in waiting:
                     todo += waiting.pop(c)
@@ -185,7 +193,7 @@ def compile_schedule(schedule: Schedule) -> Compiled:
         rows[i] = (*rows[i][:5], LASTB * S + s)
     counts = tuple(Counter((code, s) for _, s, code, _ in (actions[i] for i in mine[r])) for r in ranks)
     return Compiled(S, ranks, tuple(owner), tuple(rows), tuple(actions), tuple(tuple(mine[r]) for r in ranks),
-                    lastb, tuple(receives), tuple(sends), counts, frozenset(last_rows.values()))
+                    lastb, counts, frozenset(last_rows.values()))
 
 
 def _table(c: Compiled, cost: CostModel) -> tuple[list[float], list[float]]:

@@ -17,6 +17,7 @@ from harness.job import run_job
 from harness.metrics import bubble_per_rank
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
+from harness.simulate import engine
 from harness.simulate.engine import simulate
 
 N, M, V = 64, 1024, 2
@@ -24,12 +25,22 @@ N, M, V = 64, 1024, 2
 
 @pytest.mark.bench
 def test_simulate_interleaved_64_ranks_1024_microbatches(benchmark):
+    """Timed: one simulation with events from the schedule (compile, then a pass). extra_info:
+    its parts: compiling (once per schedule), timing (one pass per cost model: what the planner
+    and a job's second cost model pay) and the events."""
     schedule = build("interleaved_1f1b", N, M, V)
     cost = CostModel.uniform(N * V)
     trace = benchmark.pedantic(simulate, args=(schedule, cost), rounds=3, iterations=1)
     assert len(trace) == 2 * N * V * M
     got = sum(bubble_per_rank(trace, N)) / N
     assert got == pytest.approx(theory.bubble_fraction("interleaved_1f1b", N, M, V), abs=1e-9)
+    t0 = time.perf_counter()
+    compiled = engine.compile_schedule(schedule)
+    t1 = time.perf_counter()
+    end = engine.timing(compiled, cost)
+    t2 = time.perf_counter()
+    engine.trace(compiled, cost, 0, end)
+    benchmark.extra_info.update(compile_s=t1 - t0, timing_s=t2 - t1, events_s=time.perf_counter() - t2)
 
 
 def _sim_job(pp: int, m: int) -> Config:
