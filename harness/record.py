@@ -79,7 +79,13 @@ def environment(plan: "Plan") -> Env:
 
     device, world = plan.device, plan.world
     commit = _git_commit()
-    name = torch.cuda.get_device_name(0) if device == "cuda" else (platform.processor() or platform.machine())
+    if plan.simulated:  # nothing ran on a device: what was modeled
+        cluster = plan.config.cluster
+        name = f"simulated ({f'cluster={cluster.name}' if cluster is not None else 'comm.*'})"
+    elif device == "cuda":
+        name = torch.cuda.get_device_name(0)
+    else:
+        name = platform.processor() or platform.machine()
     return Env(torch=torch.__version__, python=platform.python_version(), device=device, device_name=name,
                world_size=world, git_commit=commit, hostname=socket.gethostname(), cpu_count=os.cpu_count(),
                cores=plan.cores, ranks_on_host=plan.ranks_on_host, oversubscribed=plan.oversubscribed)

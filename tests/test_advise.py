@@ -335,10 +335,12 @@ def test_every_printed_command_validates_and_reproduces_its_prediction(tmp_path,
     assert _reproduces(out, ["cluster=here"], cuda=False) == 5 * 2
 
 
-def test_the_70b_example_commands_validate_and_reproduce(tmp_path, monkeypatch):
+def test_the_70b_example_commands_validate_and_reproduce(tmp_path, monkeypatch, run_harness):
     """make advise's example (the derived 70B Llama on 8 x 8 H200) on a slice of its space: the
     printed commands name the model the profile describes, validate as printed on the 64 GPUs
-    they are for (bf16 counted, B after global_batch, each machine's share), and reproduce."""
+    they are for (bf16 counted, B after global_batch, each machine's share), and reproduce; the
+    best point's `predicted` command, run as typed here (no GPU), records the same step and
+    fullest GPU."""
     monkeypatch.chdir(ROOT)
     out = tmp_path / "advice"
     assert advise_main(["cluster=h200_8nodes", "profile=data/llama70b_h200_derived_block_profile.json", "dtype=bf16",
@@ -347,6 +349,13 @@ def test_the_70b_example_commands_validate_and_reproduce(tmp_path, monkeypatch):
     md = (out / "advice.md").read_text()
     assert "model=hf" in md and "model.layers=80" in md and "model.hidden=8192" in md
     assert _reproduces(out, ["cluster=h200_8nodes"], cuda=True) == 5 * 3
+    best = json.loads((out / "advice.json").read_text())["points"][0]
+    ran = run_harness(*_harness_args(best["commands"]["predicted"]), "wandb.mode=disabled",
+                      f"hydra.run.dir={tmp_path / 'run'}", cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    m = json.loads((tmp_path / "run" / "result.json").read_text())["metrics"]
+    assert m["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-6)
+    assert max(r["peak"] for r in m["memory"]["theory_per_rank"]) == pytest.approx(best["peak_bytes_per_gpu"], rel=1e-6)
 
 
 # -- predictions against runs on this machine ----------------------------------------------
