@@ -18,7 +18,7 @@ from .problem import shown
 from .search import GIB, Prediction, Problem, Result
 
 
-def assumptions(p: Problem) -> list[str]:
+def assumptions(p: Problem, r: Result | None = None) -> list[str]:
     cl, c = p.cluster, p.config
     profiled = c.profile is not None
     out = [
@@ -64,7 +64,10 @@ def assumptions(p: Problem) -> list[str]:
                    f"compute's F and B over the profile's x{o.real_fwd_scale}, x{o.real_bwd_scale}")
     else:
         out.append("executor overhead: none modeled (not measured on this cluster)")
-    return out + list(p.notes)
+    planned = sorted({note for x in r.predictions for note in x.notes}) if r is not None else []
+    if c.profile:  # as the commands name it: from where they run
+        planned = [note.replace(c.profile, shown(c.profile)) for note in planned]
+    return out + list(p.notes) + planned
 
 
 def _value(v: object) -> str:
@@ -135,7 +138,7 @@ def to_json(p: Problem, r: Result, top: int) -> dict:
         "search": {"points": len(r.predictions), "fit": len(r.fitting), "seconds": r.seconds,
                    "points_per_s": len(r.predictions) / r.seconds if r.seconds else None,
                    "left_out": r.dropped, "left_out_examples": r.examples},
-        "assumptions": assumptions(p),
+        "assumptions": assumptions(p, r),
         "overrides": p.overrides,
         "points": pts,
     }
@@ -188,7 +191,7 @@ def to_markdown(p: Problem, r: Result, top: int, figure: str | None) -> str:
         lines.append(f"{x.rank}. {x.point.label()}")
         for where, cmd in commands(p, x).items():
             lines += [f"   - {where}:", "", f"     ```bash\n     {cmd}\n     ```"]
-    lines += ["", "## Assumptions", ""] + [f"- {a}" for a in assumptions(p)]
+    lines += ["", "## Assumptions", ""] + [f"- {a}" for a in assumptions(p, r)]
     if r.dropped:
         lines += ["", "## Left out of the search", ""] + [f"- {n} x {why} (e.g. {r.examples[why]})"
                                                         for why, n in sorted(r.dropped.items(), key=lambda kv: -kv[1])]

@@ -98,6 +98,7 @@ class Prediction:
     bubble: float  # mean over ranks of 1 - compute / the step window (as a run measures it)
     cross_node_boundaries: int  # stage boundaries whose messages cross nodes (worst replica)
     layers_per_stage: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()  # what its plan says the user should know (the profile's expansion...)
     rank: int | None = None
     pareto: bool = False
 
@@ -134,7 +135,7 @@ def _prediction(plan: Plan) -> Prediction:
     return Prediction(Point.of(c), step, samples / step, mem, where, mem.peak <= usable,
                       max(engine.rank_ends(plan.compiled, cost, end)), max(cost.sync_s, default=0.0),
                       max(cost.optimizer_s, default=0.0), engine.bubble(plan.compiled, cost, end),
-                      _crossings(plan), tuple(b - a for a, b in plan.stage_layers))
+                      _crossings(plan), tuple(b - a for a, b in plan.stage_layers), plan.notes)
 
 
 def _crossings(plan: Plan) -> int:

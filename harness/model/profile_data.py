@@ -112,8 +112,7 @@ def profile_model(data: dict) -> dict | None:
 def expand(data: dict, kinds: tuple[str, ...] | int, path: str | Path) -> list[dict]:
     """The profile's layers for a model of `kinds` layers (or that many, not expanded): its own
     when it has as many, else (a one-block profile: embedding, one block, head) each model
-    layer takes the first profile layer of its kind, marked "copied_from" (what
-    `python -m harness.profile --blocks` writes)."""
+    layer takes the first profile layer of its kind."""
     layers = data["layers"]
     n = kinds if isinstance(kinds, int) else len(kinds)
     if len(layers) == n:
@@ -128,13 +127,8 @@ def expand(data: dict, kinds: tuple[str, ...] | int, path: str | Path) -> list[d
                            + (f"and no profile layer of kind {', '.join(missing)} to expand from " if by_kind and
                               not isinstance(kinds, int) else "")
                            + "(set model.layers to match, or profile this model)")
-    out = []
-    for i, k in enumerate(kinds):
-        src = by_kind[k]
-        lay = {name: val for name, val in src.items() if name not in ("index", "measured", "copied_from")}
-        lay.update(index=i, measured=False, copied_from=int(src.get("index", layers.index(src))))
-        out.append(lay)
-    return out
+    # each model layer takes its kind's profile layer as it is (measured or derived, as that says)
+    return [{**by_kind[k], "index": i} for i, k in enumerate(kinds)]
 
 
 def load_profile(path: str | Path, microbatch_size: int, kinds: tuple[str, ...] | int,
@@ -183,9 +177,16 @@ def _load(path: str, mtime_ns: int, size: int, microbatch_size: int,
         sizes = ", ".join(sorted(layers[0]["by_microbatch"], key=int))
         notes.append(f"{key}: microbatch_size={microbatch_size} is outside the measured sizes ({sizes}): "
                      "its times are extrapolated linearly")
-    note = _expansion_note(layers)
-    if note:
-        notes.append(f"{key}: {note}")
+    given = len(read_profile(path)["layers"])
+    if given != len(layers):
+        notes.append(f"{key}: its {given} layers expanded by kind to the model's {len(layers)} (each layer takes the "
+                     "times of the profile's first layer of its kind)")
+    else:
+        note = _expansion_note(layers)
+        if note:
+            notes.append(f"{key}: {note}")
+    if any(isinstance(lay, dict) and lay.get("derived") for lay in layers):
+        notes.append(f"{key}: its times are derived, not measured (the profile's \"derivation\" says how)")
     return tuple(out), tuple(notes)
 
 
