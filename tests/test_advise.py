@@ -324,6 +324,7 @@ def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
     return checked
 
 
+@pytest.mark.sweep  # end to end through both CLIs
 def test_every_printed_command_validates_and_reproduces_its_prediction(tmp_path, monkeypatch):
     """cluster=here with the emulated H200 replay: each top point's command runs here as
     printed, and with executor=sim reproduces the predicted step and memory."""
@@ -335,6 +336,7 @@ def test_every_printed_command_validates_and_reproduces_its_prediction(tmp_path,
     assert _reproduces(out, ["cluster=here"], cuda=False) == 5 * 2
 
 
+@pytest.mark.sweep  # end to end through both CLIs
 def test_the_70b_example_commands_validate_and_reproduce(tmp_path, monkeypatch, run_harness):
     """make advise's example (the derived 70B Llama on 8 x 8 H200) on a slice of its space: the
     printed commands name the model the profile describes, validate as printed on the 64 GPUs

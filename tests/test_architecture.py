@@ -88,7 +88,7 @@ def test_config_is_at_the_bottom():
     assert imports()["harness.config"] == set()
 
 
-@pytest.mark.parametrize("executor", ["sim", "native"])
+@pytest.mark.parametrize("executor", ["sim", pytest.param("native", marks=pytest.mark.dist)])
 def test_the_model_is_built_once_per_job_in_the_main_process(tmp_path, monkeypatch, executor):
     """The user's factory (here, mlp's, counted) runs once in the process that plans, measures
     and records a job; each rank builds its own once, in its own process."""
