@@ -265,7 +265,7 @@ def replay(actions: list[Action]) -> Replay:
     mask = 0
     helds: set[tuple[int, ...]] = set()
     lives: set[tuple[tuple[int, ...], int, int]] = set()
-    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741
+    F, I, W = Kind.F, Kind.I, Kind.W  # noqa: E741
     for p, (stage, kind, _) in enumerate(actions):
         j = pos[stage]
         if kind is F:

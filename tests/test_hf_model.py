@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from harness.config import ConfigError, model_config  # noqa: E402
+from harness.config import ConfigError, ModelConfig, model_config  # noqa: E402
 from harness.job import run_job  # noqa: E402
 from harness.model import ModelError, get_model  # noqa: E402
 from harness.model.hf import ARCHS, HFModel  # noqa: E402

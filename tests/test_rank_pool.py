@@ -5,7 +5,6 @@ next starts fresh ones), none outlives the sweep, and every record is complete."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -39,7 +39,7 @@ def _valid(schedule: Schedule, stages: int, microbatches: int) -> bool:
     if f.count(0) or any(bb == (ii or ww) or ii != ww for bb, ii, ww in zip(b, i_, w)):
         return False
     done = bytearray(4 * S * M)
-    F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741
+    F, W = Kind.F, Kind.W
     for rank, acts in schedule.items():
         for s, k, mb in acts:
             j = 4 * (s * M + mb)
