@@ -77,7 +77,7 @@ test: venv ## Unit, grids, multi-process (gloo), in-process sweeps and reports: 
 test-fast: venv ## Pure unit tests only (seconds): no processes, grids, sweeps or benchmarks
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
-test-all: venv ## Everything make test runs, and `slow`: long sweeps, subprocess twins, every benchmark once (~17 min)
+test-all: venv ## Everything make test runs, and `slow`: long sweeps, subprocess twins, every benchmark once (~18 min)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv ## Benchmarks, timed; fails on a median 25% slower than benchmarks/baseline.json
