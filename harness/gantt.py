@@ -204,19 +204,36 @@ def _raster(ax, groups: list, width_px: float, height_px: float) -> np.ndarray:
         share[int(compute)] += cov
         colour[int(compute)] += cov[..., None] * np.array(to_rgb(COLORS[kind]))
         half[int(compute)] = h
+    # Every pixel row of a rank row's band shows the same line: each line computed once, then the
+    # rows filled with it. Where the bands overlap, the thin kinds (waits: what a rank does while
+    # not computing) fill the time compute leaves, so each kind shows in proportion to its time.
+    mean, alpha = [], []
+    for band in (0, 1):
+        # the mean colour of the kinds covering a pixel, weighted by time; their coverage
+        mean.append(colour[band] / np.maximum(share[band], 1e-12)[..., None])
+        alpha.append(np.minimum(share[band], 1.0)[..., None])
+    thin_on, compute_on = alpha[0] > 0, alpha[1] > 0
+    thin = mean[0] * alpha[0] + (1 - alpha[0])
+    over_white = mean[1] * alpha[1] + (1 - alpha[1])
+    fill = np.minimum(alpha[0], 1 - alpha[1])
+    over_thin = mean[1] * alpha[1] + mean[0] * fill + (1 - alpha[1] - fill)
+
+    def rgba(rgb: np.ndarray, on: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.where(on, np.round(rgb * 255), 0), np.where(on, 255, 0)], axis=-1).astype(np.uint8)
+
+    painted = [rgba(thin, thin_on), rgba(over_white, compute_on), rgba(over_thin, compute_on | thin_on)]
     img = np.zeros((H, W, 4), dtype=np.uint8)
-    for band in (0, 1):  # thin (waits, syncs) first, compute over it
-        total = np.maximum(share[band], 1.0)[..., None]
-        rgb, alpha = colour[band] / total, np.minimum(share[band], 1.0)
-        for i, row in enumerate(rows):
+    for i, row in enumerate(rows):
+        spans = []
+        for band in (0, 1):
             r0 = max(int(np.floor((row - half[band] - yt) / (yb - yt) * H)), 0)
-            r1 = max(min(int(np.ceil((row + half[band] - yt) / (yb - yt) * H)), H), r0 + 1)
-            a = alpha[i][:, None]
-            under = img[r0:r1].astype(float) / 255  # what the thin band painted
-            mixed = rgb[i] * a + (under[..., :3] * under[..., 3:] + (1 - under[..., 3:]) * 1.0) * (1 - a)
-            painted = (a > 0) | (under[..., 3:] > 0)
-            img[r0:r1, ..., :3] = np.where(painted, np.round(mixed * 255), 0).astype(np.uint8)
-            img[r0:r1, ..., 3] = np.where(painted[..., 0], 255, 0)
+            spans.append((r0, max(min(int(np.ceil((row + half[band] - yt) / (yb - yt) * H)), H), r0 + 1)))
+        (t0, t1), (c0, c1) = spans
+        img[t0:t1] = painted[0][i]
+        img[c0:c1] = painted[1][i]
+        lo, hi = max(t0, c0), min(t1, c1)
+        if lo < hi:
+            img[lo:hi] = painted[2][i]
     return img
 
 

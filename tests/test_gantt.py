@@ -8,9 +8,10 @@ import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from harness.gantt import gantt_figure, plot_gantt
+from harness.gantt import COLORS, gantt_figure, plot_gantt
 from harness.record import read_trace, write_atomic, write_json_atomic, write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
@@ -75,6 +76,35 @@ def test_gantt_dense_step_has_no_labels_and_no_edges():
     assert len(ax.collections) == 0
     assert len(ax.patches) == 2 and all(p.get_linewidth() == 0 or p.get_edgecolor()[3] == 0 for p in ax.patches)
     assert _legend(fig) == ["forward", "backward"]
+
+
+def test_gantt_sub_pixel_bars_blend_by_the_time_each_kind_covers():
+    """Bars narrower than a pixel are painted as an image: each pixel the kinds' colours in
+    proportion to the time each covers. Here forward and backward alternate with idle gaps as
+    long (half the time covered: half white), and rank 1 waits in recv through every gap, in
+    its thin band, which shows through where compute leaves it."""
+    d, n = 1e-6, 20_000
+    trace = []
+    for i in range(n):
+        kind, t = "FB"[i % 2], 2 * i * d
+        for r in (0, 1):
+            trace.append(Event(r, 0, f"0{kind}{i}", COMPUTE, kind, r, i, t, t + d))
+        trace.append(Event(1, 0, f"recv {i}", WAIT, "recv", 1, i, t + d, t + 2 * d))
+    fig = gantt_figure(trace, 0, {}, "dense")
+    (image,) = fig.images
+    img = np.asarray(image.get_array())
+    rgb = {k: np.array([int(COLORS[k][i:i + 2], 16) for i in (1, 3, 5)]) for k in ("F", "B", "recv")}
+    compute = (rgb["F"] + rgb["B"]) / 2
+    w = img.shape[1]
+    lines = {}  # each distinct painted pixel row, averaged over the middle half of the step
+    for y in range(img.shape[0]):
+        if img[y, w // 2, 3] == 255:
+            lines.setdefault(tuple(img[y, w // 2, :3]), img[y, w // 4:3 * w // 4, :3].mean(axis=0))
+    assert 0 < sum(img[:, w // 2, 3] == 255) < img.shape[0]  # the bands, and transparent rows between them
+    half_white, half_recv = compute / 2 + 255 / 2, compute / 2 + rgb["recv"] / 2
+    assert len(lines) == 2, lines  # rank 0 and rank 1 outside its thin band; rank 1 inside it
+    assert sorted(lines.values(), key=sum)[0] == pytest.approx(half_recv, abs=2)
+    assert sorted(lines.values(), key=sum)[1] == pytest.approx(half_white, abs=2)
 
 
 def test_plot_gantt_png_and_svg(tmp_path: Path):
