@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.advise.__main__ import main as advise_main
+from harness.advise.problem import build_problem
 from harness.advise.search import AdviseError, Point, Problem, Space, evaluate, predict, search
 from harness.compose import cluster_from_dict, compose_config
 from harness.config import Config, PartitionConfig, set_keys
@@ -261,6 +262,16 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys):
     assert "cluster.nodes=0: must be an integer >= 1" in capsys.readouterr().err
     assert advise_main(["cluster=h200_node", "cluster.nodez=2", "--global-batch", "8"]) == 2
     assert "cluster.nodez" in capsys.readouterr().err
+
+
+def test_the_problem_keeps_a_partition_without_a_profile_and_says_a_profiles_dtype():
+    p = build_problem(["cluster=here", "partition=params"], 8)
+    assert p.config.partition.name == "params" and "partition=params" in p.overrides
+    assert not any("measured in" in n for n in p.notes)
+    p = build_problem(["cluster=h200_node", "profile=data/gpt2_h200_profile.json"], 8)  # measured in bf16
+    assert "the profile was measured in torch.bfloat16; memory is counted in dtype=fp32" in p.notes
+    assert not any("measured in" in n for n in build_problem(["cluster=h200_node", "dtype=bf16",
+                                                               "profile=data/gpt2_h200_profile.json"], 8).notes)
 
 
 def test_cluster_presets_load_with_their_sources():

@@ -13,6 +13,7 @@ from harness.compose import compose_config
 from harness.config import ConfigError, PartitionConfig, check_cluster
 from harness.model.built import built_model
 from harness.model.profile_data import ProfileError, profile_model, read_profile
+from harness.precision import DTYPES
 
 from .search import AdviseError, Problem, with_model
 
@@ -59,9 +60,10 @@ def build_problem(overrides: list[str], global_batch: int | None) -> Problem:
     notes: list[str] = []
     if c.profile:
         try:
-            described = profile_model(read_profile(c.profile))
+            data = read_profile(c.profile)
         except ProfileError as e:
             raise AdviseError(str(e)) from None
+        described = profile_model(data)
         if described and not _names_model(overrides):
             try:
                 c = with_model(c, described)
@@ -71,12 +73,11 @@ def build_problem(overrides: list[str], global_batch: int | None) -> Problem:
             notes.append(f"model from the profile: {described}")
         c.partition = PartitionConfig("profile")
         printed += [f"profile={shown(c.profile)}", "partition=profile"]
+        measured = str(data.get("dtype", ""))
+        if measured and str(DTYPES[c.dtype]).removeprefix("torch.") not in measured:
+            notes.append(f"the profile was measured in {measured}; memory is counted in dtype={c.dtype}")
     elif c.partition.name != "uniform":
         printed += [o for o in overrides if key_of(o).split(".")[0] == "partition"]
-        want = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[c.dtype]
-        measured = str(read_profile(c.profile).get("dtype", ""))
-        if measured and want not in measured:
-            notes.append(f"the profile was measured in {measured}; memory is counted in dtype={c.dtype}")
     gb = global_batch if global_batch is not None else c.global_batch
     if gb is None:
         raise AdviseError("--global-batch: needed (samples per step over all replicas; or global_batch=N)")
