@@ -11,7 +11,7 @@ import math
 import os
 
 from harness import compat
-from harness.config import MAX_ACTIONS, Config, ConfigError, check_values, one_of
+from harness.config import MAX_ACTIONS, Config, ConfigError, check_values, one_of, planned_microbatch_size
 from harness.model import MODELS
 from harness.model.built import BuiltModel, built_model
 from harness.precision import Precision
@@ -142,7 +142,7 @@ def _check_sizes(c: Config, cuda_devices: int, model: BuiltModel, here: int) -> 
     ranks this machine runs, in `dtype`, at the microbatch size global_batch sets. Checked
     before anything is built; a simulated executor allocates nothing and is not checked."""
     limit = machine_bytes(c.device, min(here, cuda_devices))
-    b = c.global_batch // (c.dp * c.microbatches) if c.global_batch is not None else c.microbatch_size
+    b = planned_microbatch_size(c)
     itemsize = Precision(c.dtype).bytes
     dims = model.model.activation_shape(b)
     # every rank may hold all M microbatches' inter-stage tensors (GPipe does): a lower bound of what it holds

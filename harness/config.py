@@ -302,6 +302,11 @@ class Config:
     fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
 
 
+def planned_microbatch_size(c: Config) -> int:
+    """B as planning sets it: global_batch / (dp x M) where a global batch is fixed, else microbatch_size."""
+    return c.global_batch // (c.dp * c.microbatches) if c.global_batch is not None else c.microbatch_size
+
+
 def set_keys(c: Config, **values: Any) -> Config:
     """`c` with dotted keys set (`set_keys(c, **{"model.hidden": 64})`), unvalidated: for code
     that builds a Config without Hydra (calibration runs, the planner, tests). Setting a

@@ -47,6 +47,7 @@ from harness import compat
 from harness.config import DTYPE_BYTES, Config
 from harness.model.built import BuiltModel
 from harness.model.checkpoint import CheckpointedStage
+from harness.precision import DTYPES
 from harness.schedules.ir import Action, Kind
 
 
@@ -123,7 +124,7 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
     is small (kernels then save exactly what the run's save: CPU attention saves other tensors
     than the math a fake trace picks), else under FakeTensorMode (no memory at any size)."""
     model, B = built.model, k.microbatch_size
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[k.dtype]
+    dtype = DTYPES[k.dtype]
     numel = sum(built.layer_params[a:b]) if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1
     shape, in_dtype = model.input_shape(a, B)
     fake = k.device != "cpu" or numel > REAL_TRACE_MAX_PARAMS or math.prod(shape) > REAL_TRACE_MAX_INPUT

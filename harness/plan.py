@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 
 from harness.checks import check_stages, ranks_on_host, validate
-from harness.config import DTYPE_BYTES, Config, ConfigError
+from harness.config import DTYPE_BYTES, Config, ConfigError, planned_microbatch_size
 from harness.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
@@ -151,10 +151,12 @@ class Plan:
                           simulated=self.simulated)
 
 
-def artifacts_of(schedule: Schedule) -> ScheduleArtifacts:
-    """A schedule's artifacts, validated (counts, order, no deadlock); ScheduleError if invalid."""
+def artifacts_of(schedule: Schedule, microbatches: int | None = None) -> ScheduleArtifacts:
+    """A schedule's artifacts, validated (counts, order, no deadlock) against `microbatches`
+    (default: as many as it names); ScheduleError if invalid."""
     stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
-    microbatches = 1 + max(a.microbatch for acts in schedule.values() for a in acts)
+    if microbatches is None:
+        microbatches = 1 + max(a.microbatch for acts in schedule.values() for a in acts)
     return ScheduleArtifacts(schedule, validate_schedule(schedule, stages, microbatches))
 
 
@@ -172,8 +174,7 @@ def load_schedule(c: Config) -> ScheduleArtifacts:
             if sorted(schedule) != list(range(c.pp)):
                 raise ConfigError(f"schedule.csv_path={c.schedule.csv_path}: {len(schedule)} rows (ranks), "
                                   f"pp={c.pp} (allowed: one row per rank)")
-            stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
-            return ScheduleArtifacts(schedule, validate_schedule(schedule, stages, c.microbatches))
+            return artifacts_of(schedule, c.microbatches)
         return builtin_artifacts(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)
     except ScheduleError as e:
         first, _, grid = str(e).partition("\n")
@@ -237,7 +238,7 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     `ranks_here`: the ranks this machine runs (checks.validate)."""
     model = validate(c, cuda_devices, model, ranks_here)
     if c.global_batch is not None:  # fixed global batch: the microbatch follows dp and M
-        c = replace(c, microbatch_size=c.global_batch // (c.dp * c.microbatches))
+        c = replace(c, microbatch_size=planned_microbatch_size(c))
     executor = EXECUTORS[c.executor]
     device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
     art = load_schedule(c)

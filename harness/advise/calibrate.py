@@ -340,9 +340,11 @@ def here_cluster(comm: dict, membw: float, tables: dict, raw: dict) -> dict:
     """The cluster=here description (a dict, as here.yaml holds it)."""
     import torch
 
+    from harness.plan import host_cores
+
     lat, bw = fit_line(comm["p2p"])
     ar2, ar_bw = fit_line(comm["allreduce"])  # n = 2: t = 2 a + bytes / bw
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = host_cores()
     ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     return {
         "name": "here",

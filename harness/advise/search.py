@@ -19,17 +19,16 @@ every message and every all-reduce on the same links are one point (pp_inner kep
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from harness.checks import validate
-from harness.config import PLACEMENTS, Config, ConfigError, set_keys
+from harness.config import PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
 from harness.memory_theory import Layout, RankBytes, fullest
 from harness.model.built import BuiltModel
-from harness.plan import Plan, make_plan
+from harness.plan import Plan, host_cores, make_plan
 from harness.schedules.registry import SCHEDULES, built_in, chunks_per_rank
 from harness.simulate import engine, links
 
@@ -79,7 +78,7 @@ class Point:
     @classmethod
     def of(cls, c: Config) -> "Point":
         """The point a harness Config runs."""
-        b = c.global_batch // (c.dp * c.microbatches) if c.global_batch is not None else c.microbatch_size
+        b = planned_microbatch_size(c)
         v = c.virtual_stages if SCHEDULES[c.schedule.name].reads_virtual_stages else 1
         return cls(c.schedule.name, c.pp, c.microbatches, v, c.dp, b, c.checkpointing, c.zero, c.placement)
 
@@ -314,10 +313,6 @@ def _groups(points: list[Point]) -> list[list[Point]]:
     return list(groups.values())
 
 
-def default_workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None = None,
            workers: int | None = None) -> Result:
     """Every point predicted, ranked; AdviseError (one line) when there is nothing to rank.
@@ -328,7 +323,7 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
     if not points:
         why = "; ".join(f"{n} x {k} (e.g. {examples[k]})" for k, n in sorted(dropped.items(), key=lambda kv: -kv[1]))
         raise AdviseError(f"the search space is empty after the constraints: {why or 'nothing to search'}")
-    workers = default_workers() if workers is None else workers
+    workers = host_cores() if workers is None else workers
     if workers < 1:
         raise AdviseError(f"--workers {workers}: must be >= 1")
     groups = _groups(points)

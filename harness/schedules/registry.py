@@ -21,7 +21,8 @@ from harness.schedules.ir import Schedule
 
 LOOP, V_SHAPE, FROM_DATA = "loop", "v", "data"  # placements: stage s on rank s % N | V | as the file says
 
-# (N, M, V, F, B, I, W) -> makespan minus one rank's work, for per-stage costs F, B = I + W; None: no closed form there
+# (N >= 2, M, V, F, B, I, W) -> makespan minus one rank's work, for per-stage costs F, B = I + W; None: no
+# closed form there (one rank never waits: theory.py does not ask)
 IdleForm = Callable[[int, int, int, float, float, float, float], "float | None"]
 
 

@@ -110,8 +110,6 @@ def _idle_zbv(n: int, m: int, v: int, F: float, B: float, I: float, W: float) ->
     # and for M <= N (k = M-1, L = 2N-2):
     #   (L-2k) F + L I,  (L-k)(F+I),  L F + (L-3k) I - k W,  L F + (L-2k) I - 2k W
     # (at F = I = W both give the old max(N-1, 4N-2-2M)).
-    if n == 1:
-        return 0.0
     L = 2 * n - 2
     if m >= 2 * n - 1:
         return max(max(F, I) + (n - 2) * W, (n - 1) * I, L * (I - W),
@@ -134,8 +132,6 @@ def _idle_dualpipev(n: int, m: int, v: int, F: float, B: float, I: float, W: flo
     # 2M(F+B) is the largest of (N-1) F (the last rank starts N-1 forwards late, the old
     # N-1 at F = I = W), (N-1)(F+I-W), (N-1)(2F-B), 2(N-1)(F-W), (N-1) I - F and
     # (N-1)(2I-W) - F.
-    if n == 1:
-        return 0.0
     return max((n - 1) * max(F, F + I - W, 2 * F - B, 2 * (F - W)),
                (n - 1) * I - F, (n - 1) * (2 * I - W) - F)
 
