@@ -160,19 +160,19 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
     # with those as null); ts, dur in microseconds
     x = '{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"step":%d,"kind":%s,"stage":%d,"microbatch":%d}}'
     c = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%r,"args":{"MiB":%r}}'
+    x_null, c_null = x.replace("%r", "%s"), c.replace("%r", "%s")  # for _num's "null"
 
     def xs(evs: Trace, finite: bool) -> list[str]:
         if finite:
             return [x % (q(e.name), q(e.cat), e.rank // pp, e.rank, e.start * 1e6, (e.end - e.start) * 1e6, e.step,
                          q(e.kind), e.stage, e.microbatch) for e in evs]
-        return [(x.replace("%r", "%s")) % (q(e.name), q(e.cat), e.rank // pp, e.rank, _num(e.start * 1e6),
-                                           _num((e.end - e.start) * 1e6), e.step, q(e.kind), e.stage, e.microbatch)
-                for e in evs]
+        return [x_null % (q(e.name), q(e.cat), e.rank // pp, e.rank, _num(e.start * 1e6),
+                          _num((e.end - e.start) * 1e6), e.step, q(e.kind), e.stage, e.microbatch) for e in evs]
 
     def cs(samples: list, finite: bool) -> list[str]:
         if finite:
             return [c % (rank, rank // pp, rank, t * 1e6, nbytes / 2**20) for rank, _step, t, nbytes in samples]
-        return [c.replace("%r", "%s") % (rank, rank // pp, rank, _num(t * 1e6), _num(nbytes / 2**20))
+        return [c_null % (rank, rank // pp, rank, _num(t * 1e6), _num(nbytes / 2**20))
                 for rank, _step, t, nbytes in samples]
 
     n = 20_000  # events formatted and written at a time: no second copy of the whole file in memory

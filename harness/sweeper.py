@@ -158,8 +158,8 @@ class Sweeper(BasicSweeper):
             if r is None:
                 make_plan(c, cuda_devices)
             else:
-                make_plan(c, r.nodes * r.gpus_per_node or cuda_devices, ranks_here=min(c.pp * c.dp, r.tasks_per_node)
-                          if r.nodes > 1 or r.tasks_per_node > 1 else None)
+                make_plan(c, r.nodes * r.gpus_per_node or cuda_devices,
+                          ranks_here=r.tasks_per_node if r.nodes > 1 or r.tasks_per_node > 1 else None)
             self.composer.keep(point, cfg)  # launched as checked, not composed again
         except ConfigError as e:
             return str(e)

@@ -62,8 +62,8 @@ def test_the_two_simulators_agree_on_a_dp_step(tmp_path):
     """What executor=sim runs and what the planner predicts are one simulation: 1F1B, pp=4,
     dp=2, M=8, the gradient all-reduce inside each stage's last backward (as the runtime runs
     it), so the rank waits for it and the gradient leaves after it. The planner's step, the
-    simulated job's measured step and its model_step_s are the same number, and the sync
-    delays the step by (pp - 1) x sync beyond the ring's own time on the critical path."""
+    simulated job's measured step and its model_step_s are the same number, and the syncs
+    delay the step by pp x sync: each stage's waits for the next stage's gradient, sent after its sync."""
     from harness.job import run_job
 
     c = config(**{"schedule.name": "1f1b"}, pp=4, dp=2, microbatches=8, executor="sim", steps=2)

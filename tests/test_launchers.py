@@ -146,7 +146,11 @@ def test_basic_launcher_sweep_writes_sweep_log(tmp_path, monkeypatch, capsys):
 
 
 def test_gpu_counts_for_planning_across_nodes():
-    from harness.runtime.cluster import point_cuda_devices, world_cuda_devices
+    from harness.runtime.cluster import point_resources, world_cuda_devices
+
+    def point_cuda_devices(cfg):  # the GPUs a point's SLURM allocation gives it; None: this machine's
+        r = point_resources(cfg)
+        return None if r is None else r.nodes * r.gpus_per_node
 
     assert world_cuda_devices(8, {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}) == 16  # 2 nodes x 8: NCCL
     assert world_cuda_devices(4, {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}) == 4  # ranks share GPUs

@@ -377,11 +377,12 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
 
     from .search import predict
 
-    def step(r: dict, cl) -> float:
-        return predict(replace(config_from_dict(r["config"]), cluster=cl)).step_time_s
+    parsed: dict[int, object] = {}  # each run's config, parsed once (the fit prices every run ~60 times)
 
-    def sync(r: dict, cl) -> float:
-        return predict(replace(config_from_dict(r["config"]), cluster=cl)).allreduce_s
+    def predicted(r: dict, cl):
+        if id(r) not in parsed:
+            parsed[id(r)] = config_from_dict(r["config"])
+        return predict(replace(parsed[id(r)], cluster=cl))
 
     runs = executor["runs"]
     tables = {"action_s": _by_world(runs, "action_excess_s"), "send_s": _by_world(runs, "send_s"),
@@ -389,7 +390,7 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
               "real_fwd_scale": _by_world(real["runs"], "fwd_scale"), "real_bwd_scale": _by_world(real["runs"], "bwd_scale"),
               "step_s": {}, "allreduce_s": {}}
     cl = cluster_from_dict({**base, "overhead": tables})
-    skew = [{"world": r["world"], "excess": r["dp_sync_s"] - sync(r, cl)} for r in runs
+    skew = [{"world": r["world"], "excess": r["dp_sync_s"] - predicted(r, cl).allreduce_s} for r in runs
             if r["dp"] > 1 and r["dp_sync_s"] is not None]
     tables["allreduce_s"] = _by_world(skew, "excess")
     for world in sorted({r["world"] for r in runs}):
@@ -402,7 +403,7 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
             trial = {**tables, "recv_s": {**tables["recv_s"], str(world): recv},
                      "hop_s": {**tables["hop_s"], str(world): max(0.0, hop - send - recv)}}
             cw = cluster_from_dict({**base, "overhead": trial})
-            pred = [(r["step_s"], step(r, cw)) for r in mine]
+            pred = [(r["step_s"], predicted(r, cw).step_time_s) for r in mine]
             const = statistics.median(m - x for m, x in pred)
             err = sum(((x + const) / m - 1) ** 2 for m, x in pred)
             if best is None or err < best[0]:
@@ -415,7 +416,7 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
     for r in real["runs"]:  # real compute's worlds (1, 2): their own per-step constant
         if str(r["world"]) in tables["step_s"] and r["world"] > 1:
             continue
-        r["residual_s"] = r["step_s"] - step(r, cl)
+        r["residual_s"] = r["step_s"] - predicted(r, cl).step_time_s
     tables["step_s"].update({k: v for k, v in _by_world([r for r in real["runs"] if "residual_s" in r],
                                                           "residual_s").items() if k not in tables["step_s"]})
     return tables

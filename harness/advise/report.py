@@ -11,7 +11,6 @@ from pathlib import Path
 
 from harness.config import OVERHEAD_TABLES
 from harness.schedules.registry import SCHEDULES
-
 from harness.simulate.links import summary
 
 from .problem import shown
@@ -92,11 +91,6 @@ def run_overrides(p: Problem, x: Prediction) -> list[str]:
     return keys
 
 
-def cluster_overrides(p: Problem) -> list[str]:
-    """What selects the cluster the point was priced on: its preset and the user's cluster.* keys."""
-    return p.cluster_keys
-
-
 def commands(p: Problem, x: Prediction) -> dict[str, str]:
     """How to run the point for real: on this machine (python -m harness), or at scale
     (torchrun per node, or the SLURM launcher); and how to reproduce its prediction (the same
@@ -115,7 +109,7 @@ def commands(p: Problem, x: Prediction) -> dict[str, str]:
                            f"--rdzv-endpoint $HEAD:29500 -m harness device=cuda {q}")
         out["slurm"] = (f"python -m harness -m hydra/launcher=slurm hydra.launcher.gpus_per_node={cl.gpus_per_node} "
                         f"device=cuda {q}")
-    out["predicted"] = "python -m harness executor=sim " + " ".join(shlex.quote(k) for k in cluster_overrides(p)) \
+    out["predicted"] = "python -m harness executor=sim " + " ".join(shlex.quote(k) for k in p.cluster_keys) \
         + (" device=cuda " if cl.device == "cuda" else " ") + q
     return out
 

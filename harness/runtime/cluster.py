@@ -165,13 +165,6 @@ def point_resources(cfg: DictConfig) -> Resources | None:
         return None  # cannot be placed: the launcher says so before submitting anything
 
 
-def point_cuda_devices(cfg: DictConfig) -> int | None:
-    """The GPUs a sweep point's SLURM allocation gives its ranks (nodes x GPUs per node), or None
-    where its jobs run on this machine (count this machine's)."""
-    r = point_resources(cfg)
-    return None if r is None else r.nodes * r.gpus_per_node
-
-
 def job_dir(cfg: DictConfig) -> Path:
     """A sweep job's output directory, as Hydra's run_job makes it."""
     return Path(str(cfg.hydra.sweep.dir)) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))

@@ -43,7 +43,6 @@ from harness.schedules.registry import spec
 from harness.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
 
 
-
 def torch_class(name: str) -> type:
     """The torch.distributed.pipelining class of a registered schedule (ScheduleSpec.torch_class;
     zb_h1 is torch's ZB1P with one stage per rank, which is ZB-H1); KeyError if it has none
@@ -52,6 +51,8 @@ def torch_class(name: str) -> type:
     if cls is None:
         raise KeyError(f"schedule={name}: no torch class")
     return getattr(torch_schedules, cls)
+
+
 _UNRESOLVED = "?"  # backward kind (B or I) of a P2P label, known once the step has run
 
 
