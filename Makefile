@@ -30,10 +30,13 @@ ADVISE_ARGS ?= cluster=h200_8nodes profile=data/llama70b_h200_derived_block_prof
 FAST := not (dist or sweep or bench or gpu or grid or subprocess or slow)
 PYTEST_ARGS ?=
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+# requirements-test.txt: test-only extras (torchtitan's config parser for tests/test_export.py), --no-deps so
+# that no pin of requirements.txt (torch) moves
+$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
