@@ -1,0 +1,243 @@
+"""A compute model that scales with the work: a layer's seconds from its FLOPs and the bytes it
+moves, fitted per layer kind and direction on a measured profile, bounded by the device.
+
+    seconds = max(floor, flops / (peak x sustained) + bytes x seconds_per_byte)
+
+- `floor`: what a layer costs however small: the host launching its kernels (the GPU runs them
+  asynchronously, so small work hides under the launches; GPT-2 small's blocks on an H200 sit
+  on this floor at every measured microbatch size).
+- flops at `sustained` x the device's dense peak (harness/devices.py, sourced): the rate large
+  GEMMs approach. Efficiency (flops / (seconds x peak)) therefore grows with the work toward
+  `sustained` and never exceeds the peak. Where a profile measured a layer faster than that,
+  the measured best rate is used instead (still at most the peak).
+- bytes: one pass over the layer's dominant tensor (`layer_bytes`); `seconds_per_byte` is
+  fitted (how many passes at what bandwidth) and never faster than one pass at the device's
+  memory bandwidth. This is where a memory-bound layer's time goes: the fp32 loss over the
+  logits, the embedding's table gradient.
+
+A profile cannot separate what it never varied: the fit keeps the sustained rate unless the
+data contradict it, and says so (`ComputeModel.notes`). Fitted on per-size medians over the
+layers of a kind (a profile's identical blocks are repeats of one measurement).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+from harness.devices import Device
+
+DIRECTIONS = ("fwd", "bwd")
+DEFAULT_TOLERANCE = 0.1  # a form "fits" within this RMS relative error when a profile has no repeats to tell
+LOSS_BYTES = 4  # the loss runs over fp32 logits (HFModel.loss, GPTModel.loss)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """What the bytes of a transformer's layers depend on."""
+    seq: int
+    d_model: int
+    vocab: int
+    dtype_bytes: int
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: float
+    bytes: float
+
+
+def layer_bytes(kind: str, direction: str, b: int, dims: Dims) -> float:
+    """One pass over the tensor that a layer of this kind reads or writes most: the activation
+    (B x seq x d) for a block; the fp32 logits for the head (its loss); the output forward and
+    the whole table's gradient backward for the embedding. 0 for kinds without dimensions."""
+    act = b * dims.seq * dims.d_model * dims.dtype_bytes
+    if kind == "head":
+        return b * dims.seq * dims.vocab * LOSS_BYTES
+    if kind == "embed":
+        return act if direction == "fwd" else dims.vocab * dims.d_model * dims.dtype_bytes
+    return float(act)
+
+
+def work(kind: str, direction: str, b: int, fwd_flops: float, dims: Dims) -> Work:
+    """A layer's work on one microbatch of b: the backward does twice the forward's FLOPs."""
+    return Work(fwd_flops * (1 if direction == "fwd" else 2), layer_bytes(kind, direction, b, dims))
+
+
+@dataclass(frozen=True)
+class KindFit:
+    kind: str
+    direction: str
+    floor_s: float
+    s_per_flop: float
+    s_per_byte: float
+    sizes: tuple[int, ...]  # the microbatch sizes it was fitted on
+
+    def seconds(self, w: Work) -> float:
+        return max(self.floor_s, w.flops * self.s_per_flop + w.bytes * self.s_per_byte)
+
+    def efficiency(self, w: Work, peak: float) -> float:
+        """Achieved FLOP/s over the peak at this work (0 for a layer without FLOPs)."""
+        return w.flops / (self.seconds(w) * peak)
+
+
+def _fit_one(kind: str, direction: str, points: list[tuple[int, Work, float]], device: Device,
+             peak: float, sustained: float, tolerance: float) -> KindFit:
+    """points: (B, work, measured seconds), one per microbatch size. The simplest form that
+    fits within `tolerance` (RMS relative error) wins, in order: a floor alone (bytes at the
+    device's bandwidth), bytes alone (no floor), both (the smallest sizes on the floor, the
+    rest above it, the best split); otherwise the best of them. Two measured sizes fit any
+    two-parameter form exactly: preferring the simplest is what keeps a third size predictable."""
+    points = sorted(points)
+    min_per_byte = 1 / device.memory_bandwidth_Bps
+    s_per_flop = 1 / (peak * sustained)
+    # the best rate measured, its bytes at full bandwidth taken out
+    fastest = min(((t - w.bytes * min_per_byte) / w.flops for _, w, t in points if w.flops > 0), default=s_per_flop)
+    s_per_flop = max(min(s_per_flop, fastest), 1 / peak)  # the data may only raise the rate, never above peak
+    sizes = tuple(b for b, _, _ in points)
+
+    def per_byte(above: list[tuple[int, Work, float]]) -> float:
+        # least squares in relative error of t - flops x s_per_flop = bytes x s_per_byte
+        num = sum((t - w.flops * s_per_flop) * w.bytes / t ** 2 for _, w, t in above)
+        den = sum(w.bytes ** 2 / t ** 2 for _, w, t in above)
+        return max(num / den if den else 0.0, min_per_byte)
+
+    def rms(f: KindFit) -> float:
+        return (sum(((f.seconds(w) - t) / t) ** 2 for _, w, t in points) / len(points)) ** 0.5
+
+    floor_only = KindFit(kind, direction, statistics.median(t for _, _, t in points), s_per_flop, min_per_byte, sizes)
+    bytes_only = KindFit(kind, direction, 0.0, s_per_flop, per_byte(points), sizes)
+    splits = [KindFit(kind, direction, statistics.median(t for _, _, t in points[:k]), s_per_flop,
+                      per_byte(points[k:]), sizes) for k in range(1, len(points))]
+    both = min(splits, key=rms, default=floor_only)
+    for f in (floor_only, bytes_only, both):
+        if rms(f) <= tolerance:
+            return f
+    return min((floor_only, bytes_only, both), key=rms)
+
+
+def spread(profile: dict) -> float | None:
+    """How far a profile's identical layers (one kind, one size) differ: the median over such
+    groups of their relative standard deviation; None with no group of 3 or more."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for layer in profile["layers"]:
+        if layer.get("measured") is False:
+            continue
+        for size, m in layer["by_microbatch"].items():
+            for d in DIRECTIONS:
+                groups.setdefault((layer["kind"], d, size), []).append(float(m[f"{d}_s"]))
+    rel = [statistics.stdev(ts) / statistics.fmean(ts) for ts in groups.values() if len(ts) >= 3 and min(ts) > 0]
+    return statistics.median(rel) if rel else None
+
+
+@dataclass
+class ComputeModel:
+    device: Device
+    dtype: str
+    source: str  # the measured profile it was fitted on
+    fits: dict[tuple[str, str], KindFit]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> float:
+        return self.device.peak_flops(self.dtype)
+
+    def seconds(self, kind: str, direction: str, w: Work) -> float:
+        if (kind, direction) not in self.fits:
+            raise KeyError(f"layer kind {kind!r}: the profile {self.source} has none to fit (it has: "
+                           f"{', '.join(sorted({k for k, _ in self.fits}))})")
+        return self.fits[kind, direction].seconds(w)
+
+    def efficiency(self, kind: str, direction: str, w: Work) -> float:
+        return self.fits[kind, direction].efficiency(w, self.peak)
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source, "device": self.device.name, "dtype": self.dtype,
+            "peak_flops": self.peak, "sustained": self.device.sustained,
+            "sustained_source": self.device.sustained_source, "memory_bandwidth_Bps": self.device.memory_bandwidth_Bps,
+            "device_source": self.device.source,
+            "form": "seconds = max(floor_s, flops x s_per_flop + bytes x s_per_byte)",
+            "fits": [asdict(f) for f in self.fits.values()],
+            "notes": self.notes,
+        }
+
+
+def profile_dims(profile: dict, dtype_bytes: int) -> Dims:
+    m = profile["model"]
+    return Dims(seq=int(m["seq"]), d_model=int(m["d_model"]), vocab=int(m["vocab"]), dtype_bytes=dtype_bytes)
+
+
+def samples(profile: dict, dims: Dims, sizes: set[int] | None = None) -> dict[tuple[str, str], list[tuple[int, Work, float]]]:
+    """(kind, direction) -> (B, work, median seconds over the measured layers of that kind)."""
+    by_kind: dict[tuple[str, str, int], list[tuple[Work, float]]] = {}
+    for layer in profile["layers"]:
+        if layer.get("measured") is False:
+            continue  # copied or estimated: not a measurement
+        for size, m in layer["by_microbatch"].items():
+            b = int(size)
+            if sizes is not None and b not in sizes:
+                continue
+            for d in DIRECTIONS:
+                w = work(layer["kind"], d, b, float(m["fwd_flops"]), dims)
+                by_kind.setdefault((layer["kind"], d, b), []).append((w, float(m[f"{d}_s"])))
+    out: dict[tuple[str, str], list[tuple[int, Work, float]]] = {}
+    for (kind, d, b), xs in sorted(by_kind.items()):
+        out.setdefault((kind, d), []).append((b, xs[0][0], statistics.median(t for _, t in xs)))
+    return out
+
+
+def fit(profile: dict, device: Device, dtype: str, dtype_bytes: int, source: str,
+        sizes: set[int] | None = None, sustained: float | None = None) -> ComputeModel:
+    """Fit every (kind, direction) of a measured profile, on the given microbatch sizes (all by
+    default). `sustained` overrides the device table's share of peak."""
+    share = sustained if sustained is not None else device.sustained
+    if share is None:
+        raise ValueError(f"{device.name}: no sustained share of peak is published in harness/devices.py; "
+                         "give one (--sustained, 0 < x <= 1)")
+    if not 0 < share <= 1:
+        raise ValueError(f"sustained={share!r} (allowed: 0 < sustained <= 1)")
+    peak = device.peak_flops(dtype)
+    dims = profile_dims(profile, dtype_bytes)
+    tolerance = spread(profile) or DEFAULT_TOLERANCE
+    fits = {key: _fit_one(*key, pts, device, peak, share, tolerance)
+            for key, pts in samples(profile, dims, sizes).items()}
+    notes = []
+    for f in fits.values():
+        if f.s_per_flop < 1 / (peak * share) * (1 - 1e-9):
+            notes.append(f"{f.kind} {f.direction}: measured faster than {share:.0%} of peak: priced at its "
+                         f"measured best rate ({1 / (f.s_per_flop * peak):.0%} of peak)")
+    blocks = fits.get(("block", "fwd"))
+    if blocks is not None and blocks.floor_s > 0:
+        notes.append(f"blocks sit on a {blocks.floor_s * 1e3:.2f} ms launch floor at B <= "
+                     f"{max(blocks.sizes)} on this profile: it bounds their GEMM rate from below only, so large GEMMs "
+                     f"are priced at {share:.0%} of peak ({device.sustained_source or 'given'})")
+    return ComputeModel(device, dtype, source, fits, notes)
+
+
+def leave_one_out(profile: dict, device: Device, dtype: str, dtype_bytes: int) -> dict:
+    """Each measured microbatch size predicted by a fit on the others: the relative error per
+    (kind, direction), and for the whole model's forward and backward (the sum over its layers,
+    each at its own kind's fit)."""
+    dims = profile_dims(profile, dtype_bytes)
+    all_sizes = sorted({int(s) for layer in profile["layers"] for s in layer["by_microbatch"]})
+    measured = samples(profile, dims)
+    per_kind: dict[str, dict[str, float]] = {}
+    whole: dict[str, dict[str, float]] = {}
+    for held in all_sizes:
+        model = fit(profile, device, dtype, dtype_bytes, "loo", sizes=set(all_sizes) - {held})
+        for (kind, d), pts in measured.items():
+            for b, w, t in pts:
+                if b == held:
+                    per_kind.setdefault(f"{kind} {d}", {})[str(b)] = model.seconds(kind, d, w) / t - 1
+        for d in DIRECTIONS:
+            pred = meas = 0.0
+            for layer in profile["layers"]:
+                m = layer["by_microbatch"].get(str(held))
+                if m is None:
+                    continue
+                pred += model.seconds(layer["kind"], d, work(layer["kind"], d, held, float(m["fwd_flops"]), dims))
+                meas += float(m[f"{d}_s"])
+            whole.setdefault(d, {})[str(held)] = pred / meas - 1
+    worst = max(abs(e) for errs in whole.values() for e in errs.values())
+    return {"sizes": all_sizes, "whole_model": whole, "per_kind": per_kind, "worst_whole_model": worst}
