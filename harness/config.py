@@ -236,6 +236,7 @@ class ClusterConfig:
     description: str = ""
     source: str = ""  # where every figure comes from
     device: str = "cuda"  # cuda: GPUs (activations traced on fake tensors) | cpu: ranks are processes here
+    gpu: str = ""  # the GPU as torch names it (e.g. "NVIDIA H200"): its peak (harness/devices.py) gives MFU
     gpus_per_node: int = 8
     nodes: int = 1
     memory_per_gpu_gib: float = 80.0  # what the device has

@@ -46,6 +46,7 @@ def S(name: str) -> Axis:
 M, B, DP = C("microbatches"), C("microbatch_size"), C("dp")
 BUBBLE, THEORY, SIMULATED = S("bubble/measured"), S("bubble/theory"), S("bubble/simulated")
 THROUGHPUT, STEP_TIME = S("throughput_samples_s"), S("step_time_s")
+TFLOPS, MFU = S("flops/tflops_per_device"), S("flops/mfu")
 PEAK = S("memory/peak_activation_bytes_per_rank/max")
 STAGE_MAX, IMBALANCE = S("stage_time_s/max"), S("measured_imbalance")
 
@@ -68,6 +69,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("Throughput", "Throughput against microbatches", M, THROUGHPUT),
     Panel("Throughput", "Throughput against microbatch size", B, THROUGHPUT),
     Panel("Throughput", "Throughput against dp", DP, THROUGHPUT),
+    Panel("Throughput", "TFLOP/s per device against microbatch size", B, TFLOPS),
+    Panel("Throughput", "MFU against microbatch size (known devices)", B, MFU),
     Panel("Memory", "Peak activation memory per rank (max) against microbatches", M, PEAK),
     Panel("Memory", "Checkpointing: step time against peak activation memory", PEAK, STEP_TIME,
           groupby="checkpointing"),
@@ -75,7 +78,7 @@ PANELS: tuple[Panel, ...] = (
 )
 # the runs table's columns (the README's stage-balance table), pinned in both
 TABLE_COLUMNS: tuple[Axis, ...] = (C("partition.name"), C(SCHEDULE), C(PP), M, STAGE_MAX, IMBALANCE, BUBBLE,
-                                   THROUGHPUT)
+                                   THROUGHPUT, TFLOPS, MFU)
 
 
 def summary_keys() -> set[str]:

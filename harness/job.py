@@ -49,8 +49,8 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
     return from_reports(run_processes(plan, executor.runner, pids, started, later, pool))
 
 
-def measure(plan: Plan, run: Execution) -> Metrics:
-    metrics = compute_metrics(plan, run)
+def measure(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:
+    metrics = compute_metrics(plan, run, device_name)
     if plan.config.verify_grads:  # replica 0's: after the all-reduce every replica holds the same
         scale = Precision(plan.config.dtype).loss_scale  # fp16's: the reference's are unscaled
         grads = {k: torch.from_numpy(v) / scale for r in run.reports[:plan.config.pp] for k, v in (r.grads or {}).items()}
@@ -118,7 +118,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
                 run = execute(plan, pids, out_dir, later, pool)
                 if run is None:
                     return result  # a torchrun/submitit rank other than 0: rank 0 records the job
-                result.metrics = measure(plan, run)
+                result.metrics = measure(plan, run, result.env.device_name)
                 result.status, result.wall_s = "ok", time.time() - started
                 write_records(out_dir, result, plan, run, group, name)
     except ConfigError as e:

@@ -14,8 +14,9 @@ import torch
 
 from harness import theory
 from harness.execution import Execution
+from harness.flops import device_of, step_flops, utilization
 from harness.plan import Plan
-from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
+from harness.result import Attribution, Bubble, Budget, Flops, GradCheck, Memory, Metrics
 from harness.schedules.ir import Kind
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
@@ -221,7 +222,17 @@ def _inflight(plan: Plan, rank: int) -> int:
     return max(sum(h) for h in plan.replays[rank].helds)
 
 
-def compute_metrics(plan: Plan, run: Execution) -> Metrics:
+def flops_record(plan: Plan, step_s: float, device_name: str | None) -> Flops:
+    f = step_flops(plan)
+    device, why = device_of(plan, device_name)
+    u = utilization(f, step_s, plan.world, device, plan.config.dtype, why)
+    return Flops(model_per_step=f.model, hardware_per_step=f.hardware, tflops_per_device=u.tflops_per_device,
+                 hardware_tflops_per_device=u.hardware_tflops_per_device,
+                 peak_tflops_per_device=u.peak_tflops_per_device, mfu=u.mfu, hfu=u.hfu, device=u.device,
+                 source=f.source, note=u.note)
+
+
+def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:
     c = plan.config
     trace = run.trace
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
@@ -260,6 +271,7 @@ def compute_metrics(plan: Plan, run: Execution) -> Metrics:
         step_times_s=times,
         step_time_iqr_s=quartiles(times),
         model_step_s=plan.modeled_step_s(),
+        flops=flops_record(plan, st, device_name),
         throughput_samples_s=samples / st,
         # token models: tokens per second too (samples x seq), the figure LM people compare
         throughput_tokens_s=samples * seq / st if seq else None,

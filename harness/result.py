@@ -15,6 +15,8 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   `config.cluster`; `plan.schedule` a string per rank (its actions space-separated: a big
   schedule's record stays a few lines); executor=sim's trace.json holds one measured step
   (every step is the same).
+- 4: `metrics.flops`: model and hardware FLOPs per step, achieved TFLOP/s per device, MFU and
+  HFU where the device's peak is known (harness/flops.py); older records read it as null.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class RecordError(ValueError):
@@ -144,6 +146,21 @@ class GradCheck:
 
 
 @dataclass
+class Flops:
+    """Compute throughput (harness/flops.py). Per device: over every rank (pp x dp)."""
+    model_per_step: float  # 3 x forward FLOPs x microbatches x dp
+    hardware_per_step: float  # + checkpointing's recomputed forwards
+    tflops_per_device: float  # model FLOPs / step time / devices / 1e12
+    hardware_tflops_per_device: float
+    peak_tflops_per_device: float | None  # the device's dense peak in the run's dtype
+    mfu: float | None  # tflops_per_device / peak; None: see note
+    hfu: float | None
+    device: str | None  # harness/devices.py's name for the device
+    source: str  # where the forward FLOPs came from
+    note: str | None = None  # why MFU is n/a
+
+
+@dataclass
 class Metrics:
     step_time_s: float  # median over measured steps, optimizer included
     step_times_s: list[float]
@@ -163,6 +180,7 @@ class Metrics:
     grad_check: GradCheck | None = None
     step_time_iqr_s: list[float] | None = None  # [25th, 75th] percentile of step_times_s
     model_step_s: float | None = None  # the cost model's step (executor=sim's): what this run is held against
+    flops: Flops | None = None
 
 
 @dataclass
@@ -216,11 +234,20 @@ class Result:
                 bubble += (f" = schedule {a.schedule:.3f} + imbalance {a.imbalance:.3f} + communication "
                            f"{a.communication:.3f} + overhead {a.overhead:.3f}")
         line = (f"{what}: {bubble}, step {m.step_time_s * 1e3:.1f} ms, {m.throughput_samples_s:.0f} samples/s"
-                + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s else ""))
+                + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s else "")
+                + (f", {flops_phrase(m.flops)}" if m.flops is not None else ""))
         if self.env is not None and self.env.oversubscribed:
             line += (f" [oversubscribed: {self.env.ranks_on_host} busy ranks on {self.env.cores} cores, so these "
                      "timings measure contention; compute=emulated shows the schedule]")
         return line
+
+
+def flops_phrase(f: Flops) -> str:
+    """'3.1 TFLOP/s per device, MFU 41.2%, HFU 54.9%' (MFU n/a and why, where no peak is known)."""
+    rate = f"{f.tflops_per_device:.3g} TFLOP/s per device"
+    if f.mfu is None:
+        return f"{rate} (MFU n/a: {f.note})" if f.note else rate
+    return rate + f", MFU {f.mfu:.1%}" + (f", HFU {f.hfu:.1%}" if f.hfu is not None and f.hfu != f.mfu else "")
 
 
 _RENAMED_V1 = {  # version 1 name -> version 2 name, per object

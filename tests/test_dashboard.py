@@ -19,7 +19,8 @@ from harness.wandb_log import summary_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 README_KEYS = {"bubble/measured", "bubble/theory", "bubble/simulated", "memory/peak_activation_bytes_per_rank/max",
-               "throughput_samples_s", "step_time_s", "stage_time_s/max", "measured_imbalance"}
+               "throughput_samples_s", "step_time_s", "stage_time_s/max", "measured_imbalance",
+               "flops/tflops_per_device", "flops/mfu"}
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from harness.report.load import Sweep
 from harness.report.memory import checkpointing_tradeoff, memory_breakdown, memory_per_rank, memory_vs_throughput
 from harness.report.runs import ok
 from harness.report.tables import summary, write_csv
+from harness.report.compute import compute_rate
 from harness.report.throughput import dp_scaling, throughput
 
 
@@ -89,7 +90,7 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
 
 
 FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, memory_per_rank, memory_breakdown,
-           memory_vs_throughput, throughput, checkpointing_tradeoff, dp_scaling)
+           memory_vs_throughput, throughput, compute_rate, checkpointing_tradeoff, dp_scaling)
 
 
 def build_report(sweep: Sweep, out: Path) -> Path:

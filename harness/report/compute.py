@@ -1,0 +1,61 @@
+"""Compute throughput per device: achieved TFLOP/s (model FLOPs) against the microbatch size
+B, and MFU where the device's peak is known (harness/flops.py). Only runs whose times a device
+made (compute=real, or executor=sim priced for a named GPU): an emulated run's times are what
+was set, so its TFLOP/s says nothing about a device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from harness.report.figures import Figure, log2_x, save, say
+from harness.report.runs import dim, ok, run_ids, series
+
+
+def _flops(r: dict) -> dict | None:
+    return (r.get("metrics") or {}).get("flops")
+
+
+def _by_device(r: dict) -> bool:
+    return r["config"]["compute"] == "real" or r["config"]["executor"] == "sim"
+
+
+def compute_rate(runs: list[dict], out: Path) -> Figure:
+    runs = [r for r in ok(runs) if _flops(r) is not None]
+    fig_ = Figure("Compute throughput per device",
+                  "Achieved TFLOP/s per device (model FLOPs: 3 x forward per microbatch, x M x dp, over the median "
+                  "step and pp x dp devices) against the microbatch size B (left), and MFU (the share of the device's "
+                  "dense peak, harness/devices.py) where the peak is known (right; HFU dotted: with checkpointing's "
+                  "recompute). Larger microbatches keep each op busier; the bubble and communication take the rest. "
+                  "Runs with compute=emulated are left out: their times are what was set.", runs)
+    shown = [r for r in runs if _by_device(r)]
+    if rest := [r for r in runs if not _by_device(r)]:
+        fig_.missing.append(f"runs {run_ids(rest)}: compute=emulated (times set, not a device's)")
+    fig_.runs = shown
+    if not shown:
+        fig_.missing.append("no run with compute=real or executor=sim recorded FLOPs")
+        return fig_
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    with_peak = [r for r in shown if _flops(r)["mfu"] is not None]
+    for lbl, mine in series(shown, "B", always=("compute", "executor")).items():
+        xs = [dim(r, "B") for r in mine]
+        left.plot(xs, [_flops(r)["tflops_per_device"] for r in mine], "o-", ms=4, lw=1.2, label=lbl)
+        if peaked := [r for r in mine if r in with_peak]:
+            line = right.plot([dim(r, "B") for r in peaked], [100 * _flops(r)["mfu"] for r in peaked], "o-", ms=4,
+                              lw=1.2, label=lbl)
+            right.plot([dim(r, "B") for r in peaked], [100 * _flops(r)["hfu"] for r in peaked], ":", lw=1,
+                       color=line[0].get_color())
+    left.set(xlabel="microbatch size B", ylabel="TFLOP/s per device (model FLOPs)")
+    right.set(xlabel="microbatch size B", ylabel="MFU (%)")
+    for ax in (left, right) if with_peak else (left,):
+        log2_x(ax, [dim(r, "B") for r in shown])
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    if not with_peak:
+        notes = "; ".join(sorted({_flops(r)["note"] or "" for r in shown}))
+        say(right, f"MFU n/a: {notes}")
+        fig_.missing.append(f"MFU: n/a ({notes})")
+    fig_.path = save(fig, out / "compute.png", fig_.title, shown)
+    return fig_

@@ -1,0 +1,83 @@
+"""FLOPs, TFLOP/s, MFU and HFU (harness/flops.py): the closed form against torch's FLOP
+counter, per step with and without recompute, and in records and headlines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from harness.compose import compose_config
+from harness.config import model_config
+from harness.devices import lookup
+from harness.flops import step_flops
+from harness.job import run_job
+from harness.model import get_model
+from harness.plan import make_plan
+from harness.result import read
+
+MODELS = [dict(name="mlp", layers=3, hidden=24),
+          dict(name="gpt", layers=2, hidden=32, heads=2, seq=16, vocab=64),
+          dict(name="hf", arch="llama", layers=2, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=64, seq=16),
+          dict(name="hf", arch="gpt2", layers=2, hidden=32, heads=4, vocab=64, seq=16)]
+
+
+@pytest.mark.parametrize("kw", MODELS, ids=lambda kw: kw.get("arch", kw["name"]))
+@pytest.mark.parametrize("b", [1, 3])
+def test_closed_form_equals_torchs_flop_counter(kw, b):
+    """Every layer's Model.fwd_flops against FlopCounterMode on one microbatch. Attention runs
+    through the math kernel, which the counter sees as two full matmuls: the closed form counts
+    the causal half (as causal kernels compute it), so a block differs by exactly 2 B T^2 d."""
+    m = get_model(model_config(**kw))
+    for i in range(m.num_layers):
+        layer = m.build_layer(i)
+        if i == 0:
+            x, _ = m.batch(0, 0, b)
+        else:
+            shape, _ = m.input_shape(i, b)
+            x = torch.randn(shape)
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+            layer(x)
+        causal_half = 2 * b * kw["seq"] ** 2 * kw["hidden"] if m.kind(i) == "block" else 0
+        assert counter.get_total_flops() == m.fwd_flops(i, b) + causal_half
+
+
+def test_step_flops_three_forwards_and_one_more_with_checkpointing():
+    keys = ["model=gpt", "model.layers=2", "model.hidden=32", "model.heads=2", "model.seq=16", "model.vocab=64",
+            "pp=2", "dp=2", "microbatches=4", "microbatch_size=3", "executor=sim"]
+    plan = make_plan(compose_config(keys), 0)
+    m = plan.model.model
+    fwd = sum(m.fwd_flops(i, 3) for i in range(m.num_layers))
+    f = step_flops(plan)
+    assert f.model == f.hardware == 3 * fwd * 4 * 2
+    assert step_flops(make_plan(compose_config(keys + ["checkpointing=true"]), 0)).hardware == 4 * fwd * 4 * 2
+
+
+def test_a_simulated_h200_run_records_mfu_and_hfu(tmp_path):
+    c = compose_config(["executor=sim", "cluster=h200_node", "model=gpt", "model.layers=12", "model.hidden=768",
+                        "model.heads=12", "model.seq=1024", "model.vocab=50257", "dtype=bf16", "pp=4",
+                        "microbatches=8", "microbatch_size=4", "checkpointing=true", "profile=data/gpt2_h200_profile.json",
+                        "partition=profile", "wandb.mode=disabled"])
+    result = run_job(c, tmp_path, "test", "mfu")
+    assert result.status == "ok", result.error
+    f = read(tmp_path / "result.json").metrics.flops
+    peak = lookup("NVIDIA H200").peak_flops("bf16")
+    assert f.device == "NVIDIA H200 SXM" and f.peak_tflops_per_device == pytest.approx(peak / 1e12)
+    per_device = f.model_per_step / result.metrics.step_time_s / 4
+    assert f.tflops_per_device == pytest.approx(per_device / 1e12)
+    assert f.mfu == pytest.approx(per_device / peak) and f.hfu == pytest.approx(f.mfu * 4 / 3)
+    assert f"MFU {f.mfu:.1%}" in result.headline()
+    summary = json.loads((tmp_path / "result.json").read_text())["metrics"]["flops"]
+    assert summary["mfu"] == pytest.approx(f.mfu)
+
+
+@pytest.mark.dist
+def test_a_cpu_run_reports_tflops_and_says_why_no_mfu(tmp_path, config):
+    result = run_job(config(pp=2, microbatches=2), tmp_path, "test", "cpu")
+    assert result.status == "ok", result.error
+    f = result.metrics.flops
+    assert f.tflops_per_device > 0 and f.mfu is None and f.hfu is None and "cpu" in f.note
+    assert "MFU n/a: cpu" in result.headline()
