@@ -23,9 +23,11 @@ SUBDIR = 'hydra.sweep.subdir="$(1)$${hydra.job.num}_$${harness.dirname:$${hydra.
 KEEP_MULTIRUN = mv $(SWEEP_DIR)/multirun.yaml $(SWEEP_DIR)/multirun.$(1).yaml
 # make profile: where the CPU profile goes (git-ignored runs/; OUT=data/gpt_cpu_profile.json refreshes the committed one)
 OUT ?= runs/profile/gpt_cpu_profile.json
-# make advise: the README's worked example (a one-block profile expanded to the model's 82 layers)
-ADVISE_ARGS ?= cluster=h200_8nodes profile=data/llama70b_h200_derived_block_profile.json dtype=bf16 optimizer=adamw \
-	--global-batch 512
+# make advise: the README's worked example (a one-block profile expanded to the model's 82 layers). The
+# derived profile is the fallback: ADVISE_PROFILE=data/llama70b_h200_block_profile.json (make gpu-check
+# measures it on an H200) re-prices the example on measured times.
+ADVISE_PROFILE ?= data/llama70b_h200_derived_block_profile.json
+ADVISE_ARGS ?= cluster=h200_8nodes profile=$(ADVISE_PROFILE) dtype=bf16 optimizer=adamw --global-batch 512
 # pytest -m: make test runs all but `slow`; make test-fast only pure unit tests; make test-all everything
 FAST := not (dist or sweep or bench or gpu or grid or subprocess or slow)
 PYTEST_ARGS ?=

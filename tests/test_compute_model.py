@@ -124,3 +124,17 @@ def test_the_committed_derived_profile_is_what_derive_writes_today():
                for v in block.values())
     by = fresh["layers"][1]["by_microbatch"]["1"]
     assert by["bwd_s"] / by["fwd_s"] == pytest.approx(2.0, rel=1e-3)
+
+
+def test_compare_says_derived_over_measured_per_kind_and_size(tmp_path, capsys):
+    from harness.advise.derive import main
+
+    measured = json.loads((ROOT / "data" / "llama70b_h200_derived_block_profile.json").read_text())
+    for layer in measured["layers"]:
+        for m in layer["by_microbatch"].values():
+            m["bwd_s"] *= 2  # as if the device ran the backward at half the derived rate
+    (tmp_path / "m.json").write_text(json.dumps(measured))
+    assert main(["--compare", str(tmp_path / "m.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "embed B=1: derived / measured fwd 1.00x, bwd 0.50x"
+    assert len(lines) == 3 * 4 and all(line.endswith("fwd 1.00x, bwd 0.50x") for line in lines)

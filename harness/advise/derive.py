@@ -92,6 +92,25 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     }
 
 
+def compare(derived: dict, measured: dict) -> list[str]:
+    """Derived over measured seconds, per layer kind, direction and common microbatch size: how
+    far the compute model was from a one-block measurement of the same model."""
+    def first(profile: dict) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for layer in profile["layers"]:
+            out.setdefault(layer["kind"], layer["by_microbatch"])
+        return out
+
+    d, m = first(derived), first(measured)
+    lines = []
+    for kind in [k for k in d if k in m]:
+        for size in sorted(d[kind].keys() & m[kind].keys(), key=int):
+            ratios = [f"{x} {d[kind][size][f'{x}_s'] / m[kind][size][f'{x}_s']:.2f}x" for x in DIRECTIONS
+                      if m[kind][size][f"{x}_s"] > 0]
+            lines.append(f"{kind} B={size}: derived / measured " + ", ".join(ratios))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.advise.derive", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,8 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, default=SOURCE)
     ap.add_argument("--sustained", type=float, default=None,
                     help="share of the dense peak large GEMMs sustain (default: harness/devices.py's, sourced)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="MEASURED",
+                    help="print the derived times over a measured one-block profile's (python -m harness.profile "
+                         "... --blocks 1) instead of writing")
     args = ap.parse_args(argv)
     prof = derive(args.source, sustained=args.sustained)
+    if args.compare is not None:
+        try:
+            measured = json.loads(args.compare.read_text())
+        except (OSError, ValueError) as e:
+            print(f"harness.advise.derive: --compare {args.compare}: {e}", file=sys.stderr)
+            return 2
+        print("\n".join(compare(prof, measured)))
+        return 0
     args.out.write_text(json.dumps(prof, indent=1) + "\n")
     d = prof["derivation"]
     blk, eff = prof["layers"][1]["by_microbatch"]["1"], d["efficiency"]
