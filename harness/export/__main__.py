@@ -1,0 +1,83 @@
+"""python -m harness.export --to torchtitan|megatron <run dir | result.json | advice.json[#RANK]> [--out FILE]
+
+Writes the script to FILE (else stdout). Where torchtitan needs the schedule as torch's CSV, it
+is written beside FILE as <FILE's stem>.schedule.csv (else into the current directory, its path
+printed on stderr) and the script names it by its absolute path. Every CANNOT EXPRESS line of
+the header is also printed on stderr. Bad input: one line naming the key, the value and what is
+allowed, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.export import megatron, torchtitan
+from harness.export.point import ExportError, Point, load
+from harness.export.script import CANNOT, Script
+
+TOOLS = ("torchtitan", "megatron")
+PROG = "python -m harness.export"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
+        raise ExportError(f"{message} (allowed: {PROG} --to {'|'.join(TOOLS)} SOURCE [--out FILE])")
+
+
+def csv_path(p: Point, out: Path | None) -> Path:
+    """Where torchtitan's schedule CSV goes: beside --out, else the current directory."""
+    if out is not None:
+        return out.with_name(out.stem + ".schedule.csv")
+    v = f"_v{p.virtual_stages}" if p.virtual_stages > 1 else ""
+    return Path(f"torchtitan_{p.schedule}_pp{p.pp}_m{p.microbatches}{v}.schedule.csv")
+
+
+def export(tool: str | None, source: str, out: Path | None) -> tuple[Script, str | None, Path]:
+    """The script, the CSV it needs (or None) and where that CSV goes."""
+    if tool is None:
+        raise ExportError(f"--to: required (allowed: {', '.join(TOOLS)})")
+    if tool not in TOOLS:
+        raise ExportError(f"--to={tool}: unknown (allowed: {', '.join(TOOLS)})")
+    p = load(source)
+    where = csv_path(p, out)
+    if tool == "megatron":
+        return megatron.render(p), None, where
+    done = torchtitan.render(p, str(where.resolve()))
+    return done.script, done.csv, where
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--to", help=f"the tool: {', '.join(TOOLS)} (required)")
+    parser.add_argument("source", help="a run directory (or its result.json), or advice.json[#RANK] (default rank 1)")
+    parser.add_argument("--out", type=Path, help="write the script here (default: stdout)")
+    try:
+        a = parser.parse_args(argv)
+        script, csv, where = export(a.to, a.source, a.out)
+        text = script.text()
+        try:
+            if csv is not None:
+                where.write_text(csv)
+            if a.out is not None:
+                a.out.write_text(text)
+        except OSError as e:
+            raise ExportError(f"--out={a.out}: cannot write ({e.strerror or e})") from None
+    except (ExportError, ValueError, KeyError) as e:  # a registry's KeyError/ValueError is one line too
+        print(f"harness.export: {str(e).strip(chr(39))}", file=sys.stderr)
+        return 2
+    if a.out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()  # the script before the lines on stderr about it
+    else:
+        print(f"harness.export: wrote {a.out}", file=sys.stderr)
+    if csv is not None:
+        print(f"harness.export: wrote the schedule's CSV to {where}", file=sys.stderr)
+    for line in script.cannot:
+        print(f"harness.export: {CANNOT}{line}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""A point as Megatron-LM's pretrain_gpt.py arguments, as the parser of
+megatron/training/arguments.py defines them at the commit below (tests/data/megatron_*.py.txt
+hold that parser and the dataclasses it generates flags from; tests/test_export.py checks every
+flag written here against them).
+
+Megatron-LM runs 1F1B, or interleaved 1F1B with virtual pipeline stages; it has no GPipe, no
+zero-bubble and no V-shape schedule: such a point is written as the nearest Megatron schedule on
+the same stages, with a CANNOT EXPRESS line saying what differs. Any split of layers is
+expressible: its even split (with or without the embedding and the loss counted as layers),
+uneven first and last stages, or, for anything else, --pipeline-model-parallel-layout.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from harness.export.point import Point
+from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
+
+COMMIT = "d98e8a64ddf3 (2026-08-22)"  # NVIDIA/Megatron-LM, the parser these flags are checked against
+LLAMA_LIKE = ("llama", "mistral", "qwen2")  # RMSNorm, SwiGLU, rotary positions, no linear biases
+FP16_LOSS_SCALE = "1024"  # the harness's fixed fp16 loss scale (harness/precision.py)
+
+
+def render(p: Point) -> Script:
+    s = Script(f"harness export -> Megatron-LM pretrain_gpt.py (arguments as megatron/training/arguments.py at "
+               f"{COMMIT} defines them)", p.source)
+    s.facts.append(launch_fact(p.launch, p.world))
+    cmd: list[list[Word]] = [torchrun(p.launch),
+                             [Raw('"${MEGATRON:?set MEGATRON to your Megatron-LM checkout}/pretrain_gpt.py"')],
+                             ["--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", str(p.pp)]]
+    if p.pp > 1:
+        chunks = _schedule(p, s)
+        cmd += _layers(p, chunks, s)
+        if chunks > 1:
+            cmd += _interleaving(p, s)
+    cmd += _model(p, s)
+    cmd.append(["--micro-batch-size", str(p.microbatch_size), "--global-batch-size", str(p.global_batch)])
+    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / (1 x {p.pp}) "
+                   f"= {p.dp}, microbatches = global / (micro x dp) = {p.global_batch} / ({p.microbatch_size} x "
+                   f"{p.dp}) = {p.microbatches}")
+    cmd += _recompute(p, s)
+    cmd += _data_parallel(p, s)
+    cmd += _precision(p, s)
+    cmd.append(["--optimizer", "sgd" if p.optimizer == "sgd" else "adam", "--lr", f"{p.lr:g}"])
+    if p.optimizer not in ("sgd", "adamw"):
+        s.cannot.append(f"optimizer={p.optimizer}: Megatron's --optimizer takes adam (AdamW), sgd and others; "
+                        "below: adam")
+    if p.decoder:
+        # synthetic data, as the harness's runs; replace with --data-path and a tokenizer of yours
+        cmd.append(["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(p.model["vocab"]),
+                    "--train-iters", str(p.steps)])
+    cmd.append([ARGS])
+    s.command = cmd
+    return s
+
+
+def _schedule(p: Point, s: Script) -> int:
+    """Model chunks per rank of the Megatron schedule run: 1 (1F1B) or more (interleaved)."""
+    per_rank = p.stages // p.pp
+    if p.schedule in ("1f1b", "interleaved_1f1b"):
+        return per_rank
+    if p.schedule == "csv":
+        what = "Megatron-LM takes no schedule as data"
+    elif p.placement_kind() == "v":
+        what = f"Megatron-LM has no zero-bubble or V-shape schedule (schedule={p.schedule})"
+    else:
+        what = f"Megatron-LM has no {p.schedule} schedule (its pipeline schedules are 1F1B and interleaved 1F1B)"
+    nearest = "1F1B on the same stages" if per_rank == 1 else (
+        f"interleaved 1F1B over the same {p.stages} stages, placed in loop order (stage s on rank s % pp)"
+        + (", not in a V" if p.placement_kind() == "v" else ""))
+    s.cannot.append(f"{what}: below, {nearest}")
+    return per_rank
+
+
+def _interleaving(p: Point, s: Script) -> list[list[Word]]:
+    """torch's Interleaved1F1B (the harness's order) runs rounds of M // max(1, M // pp) microbatches
+    per chunk; Megatron's microbatch group per virtual stage is the same knob, in [pp, M]."""
+    group = p.microbatches // max(1, p.microbatches // p.pp)
+    if p.microbatches < p.pp:
+        s.cannot.append(f"microbatches={p.microbatches}: Megatron's interleaved schedule needs at least "
+                        f"pp={p.pp} microbatches a step (its microbatch group per virtual stage is in [pp, M])")
+        return []
+    s.facts.append(f"interleaving: microbatch groups of {group} per virtual stage, torch's Interleaved1F1B rounds "
+                   "(the harness's order)")
+    return [["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]]
+
+
+def _layers(p: Point, chunks: int, s: Script) -> list[list[Word]]:
+    lps = list(p.layers_per_stage)
+    if not p.decoder:
+        s.cannot.append(f"layers per stage {lps}: Megatron splits decoders (embedding, transformer layers, "
+                        f"output layer); model={p.model.get('name')} is not one, so no split is given")
+        return [] if chunks == 1 else [["--num-virtual-stages-per-pipeline-rank", str(chunks)]]
+    blocks = list(p.blocks_per_stage())
+    vpp = [] if chunks == 1 else ["--num-virtual-stages-per-pipeline-rank", str(chunks)]
+    if len(set(blocks)) == 1:
+        s.facts.append(f"layers: {blocks[0]} transformer layers on every stage, Megatron's even split (the "
+                       "embedding on the first stage, the output layer on the last, beside them)")
+        return [vpp] if vpp else []
+    if len(set(lps)) == 1:
+        s.facts.append(f"layers: {lps[0]} layers on every stage counting the embedding and the loss as one each "
+                       "(--account-for-embedding/loss-in-pipeline-split)")
+        return [["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"],
+                *([vpp] if vpp else [])]
+    middle = set(blocks[1:-1])
+    if chunks == 1 and blocks[0] >= 1 and blocks[-1] >= 1 and len(middle) <= 1 and 0 not in middle:
+        s.facts.append(f"layers: {blocks} transformer layers per stage: the first and last stages differ "
+                       "(--decoder-first/last-pipeline-num-layers), the others Megatron's even split")
+        return [["--decoder-first-pipeline-num-layers", str(blocks[0]),
+                 "--decoder-last-pipeline-num-layers", str(blocks[-1])]]
+    s.facts.append(f"layers: {lps} per stage (model order): --pipeline-model-parallel-layout, E the embedding, "
+                   "t a transformer layer, L the output layer and loss, | between stages, stage s on rank s % pp")
+    return [["--pipeline-model-parallel-layout", layout(lps)]]
+
+
+def layout(layers_per_stage: list[int]) -> str:
+    """Megatron's layout string for harness layer counts (embedding, blocks, head): each stage's
+    layers, runs of identical stages as (stage|)*n, as its parse_str_to_list unrolls them."""
+    last = len(layers_per_stage) - 1
+    stages = []
+    for i, count in enumerate(layers_per_stage):
+        blocks = count - (i == 0) - (i == last)
+        stages.append(("E" if i == 0 else "") + (f"t*{blocks}" if blocks > 1 else "t" * blocks)
+                      + ("L" if i == last else ""))
+    # runs of identical stages as (stage|)*n; the last stage (the only one with L) ends the string
+    runs = [(text, len(list(group))) for text, group in groupby(stages)]
+    return ",".join(f"({text}|)*{n}" if n > 1 else f"{text}|" for text, n in runs).removesuffix("|")
+
+
+def _model(p: Point, s: Script) -> list[list[Word]]:
+    m = p.model
+    if not p.decoder:
+        s.cannot.append(f"model={m.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder; this "
+                        "model has no transformer shape to give (the parallel settings below are the point's)")
+        return []
+    heads, kv = m["heads"], m.get("kv_heads") or m["heads"]
+    ffn = m.get("ffn") or 4 * m["hidden"]
+    args: list[list[Word]] = [["--num-layers", str(m["layers"]), "--hidden-size", str(m["hidden"]),
+                               "--num-attention-heads", str(heads), "--ffn-hidden-size", str(ffn)],
+                              ["--seq-length", str(m["seq"]), "--max-position-embeddings", str(m["seq"])],
+                              ["--untie-embeddings-and-output-weights"]]  # the harness never ties them across stages
+    if kv != heads:
+        args.append(["--group-query-attention", "--num-query-groups", str(kv)])
+    arch = m.get("arch", "gpt2") if m["name"] == "hf" else "gpt2"
+    if arch in LLAMA_LIKE:
+        args.append(["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+                     "--disable-bias-linear", *(["--add-qkv-bias"] if arch == "qwen2" else [])])
+        s.notes.append(f"model: {arch}'s RMSNorm, SwiGLU, rotary positions, no linear biases"
+                       f"{' but QKV' if arch == 'qwen2' else ''}; the rotary base and the norm epsilon are Megatron's")
+    s.facts.append(f"model: {m['name']}{' ' + arch if m['name'] == 'hf' else ''}, {m['layers']} transformer layers, "
+                   f"hidden {m['hidden']}, {heads} heads, {kv} kv heads, ffn {ffn}, sequence {m['seq']}, vocab "
+                   f"{m['vocab']} (NullTokenizer on mock data below, as the harness's synthetic batches)")
+    return args
+
+
+def _recompute(p: Point, s: Script) -> list[list[Word]]:
+    if not p.checkpointing:
+        return []
+    per = max(p.blocks_per_stage()) if p.decoder and p.checkpoint_every == 0 else max(1, p.checkpoint_every)
+    segment = "each stage's transformer layers as one segment" if p.checkpoint_every == 0 else \
+        f"segments of {p.checkpoint_every} layers"
+    s.facts.append(f"checkpointing: full recompute of {segment} (--recompute-method uniform, {per} layers a unit)")
+    s.notes.append("Megatron recomputes transformer layers only: the embedding and the output layer keep their "
+                   "activations, where the harness's stage segment held only the stage's input")
+    return [["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", str(per)]]
+
+
+def _data_parallel(p: Point, s: Script) -> list[list[Word]]:
+    out: list[list[Word]] = []
+    if p.zero >= 1 and p.dp > 1:
+        out.append(["--use-distributed-optimizer"])
+        s.facts.append(f"zero={p.zero}: --use-distributed-optimizer (the optimizer state sharded across dp={p.dp})")
+        s.notes.append("Megatron's distributed optimizer also shards the fp32 master weights, which the harness's "
+                       "ZeRO-1 keeps whole on every replica: it needs less memory than predicted")
+    if p.dp > 1 and p.placement == "pp_inner":
+        out.append(["--use-tp-pp-dp-mapping"])  # rank order tp-cp-ep-pp-dp: a pipeline on consecutive ranks
+        s.facts.append("placement=pp_inner: --use-tp-pp-dp-mapping (a pipeline's ranks consecutive)")
+    elif p.dp > 1:
+        s.facts.append("placement=dp_inner: Megatron's default rank order tp-cp-ep-dp-pp (a stage's replicas "
+                       "consecutive)")
+    return out
+
+
+def _precision(p: Point, s: Script) -> list[list[Word]]:
+    if p.dtype == "bf16":
+        s.facts.append("precision: dtype=bf16 = --bf16 (bf16 parameters and activations, fp32 main weights in the "
+                       "optimizer, as the harness)")
+        return [["--bf16"]]
+    if p.dtype == "fp16":
+        s.facts.append(f"precision: dtype=fp16 = --fp16 with the harness's fixed loss scale {FP16_LOSS_SCALE}")
+        return [["--fp16", "--loss-scale", FP16_LOSS_SCALE]]
+    return []

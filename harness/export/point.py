@@ -1,0 +1,208 @@
+"""The point to export, from either source, as one record: a run directory (its result.json:
+the config as planned and the plan's stages, ranks and schedule) or an advice point
+(advice.json#RANK: its overrides, its layers per stage, the cluster it was priced on).
+
+Every problem with the input is an ExportError whose text is one line naming the key, the
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.compose import compose_config
+from harness.config import Config, ConfigError
+from harness.record import RESULT
+from harness.result import RecordError, read
+from harness.schedules.ir import Schedule
+from harness.schedules.registry import V_SHAPE, build, spec
+
+ALLOWED_SOURCE = "a run directory (with result.json), its result.json, or advice.json[#RANK]"
+DECODERS = ("gpt", "hf")  # harness models whose layers are embedding, blocks, head (harness/model/)
+
+
+class ExportError(ValueError):
+    """One line: the key, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where the ranks go: `nodes` machines of `per_node` GPUs (None: one machine, as many as ranks)."""
+
+    nodes: int
+    per_node: int
+    cluster: str | None  # the harness cluster it came from, for the header
+
+
+@dataclass(frozen=True)
+class Point:
+    source: str  # what the header says it came from
+    schedule: str
+    pp: int
+    dp: int
+    microbatches: int
+    microbatch_size: int  # B as planned (global_batch / (dp x M) where a global batch is set)
+    virtual_stages: int
+    checkpointing: bool
+    checkpoint_every: int
+    zero: int
+    placement: str
+    dtype: str
+    optimizer: str
+    lr: float
+    steps: int
+    model: dict[str, Any]  # the config's model group, as recorded
+    layers_per_stage: tuple[int, ...]  # harness layers of each stage, stages in model order
+    stage_rank: tuple[int, ...]  # the pipeline rank of each stage
+    recorded_schedule: Schedule | None  # the actions a run ran; None: built from the registry
+    launch: Launch
+
+    @property
+    def stages(self) -> int:
+        return len(self.layers_per_stage)
+
+    @property
+    def world(self) -> int:
+        return self.pp * self.dp
+
+    @property
+    def local_batch(self) -> int:
+        """Samples per data-parallel replica per step: M x B."""
+        return self.microbatches * self.microbatch_size
+
+    @property
+    def global_batch(self) -> int:
+        return self.local_batch * self.dp
+
+    @property
+    def decoder(self) -> bool:
+        """Embedding, model.layers blocks, head: what torchtitan's and Megatron's decoders are."""
+        return self.model.get("name") in DECODERS and sum(self.layers_per_stage) == self.model["layers"] + 2
+
+    def blocks_per_stage(self) -> tuple[int, ...]:
+        """Transformer blocks of each stage: its layers less the embedding (first) and head (last)."""
+        out = list(self.layers_per_stage)
+        out[0] -= 1
+        out[-1] -= 1
+        return tuple(out)
+
+    def placement_kind(self) -> str:
+        """"loop" (stage s on rank s % pp), "v" (s and 2pp-1-s share a rank) or "other"."""
+        n = self.pp
+        if all(r == s % n for s, r in enumerate(self.stage_rank)):
+            return "loop"
+        if self.stages == 2 * n and all(r == min(s, 2 * n - 1 - s) for s, r in enumerate(self.stage_rank)):
+            return "v"
+        return "other"
+
+    def actions(self) -> Schedule:
+        """The schedule's actions per rank: as the run recorded them, else as the registry builds them."""
+        if self.recorded_schedule is not None:
+            return self.recorded_schedule
+        return build(self.schedule, self.pp, self.microbatches, self.virtual_stages)
+
+
+def load(text: str) -> Point:
+    """The point `text` names: a run directory or its result.json, or advice.json[#RANK]."""
+    path_text, hash_, rank_text = text.rpartition("#") if "#" in text else (text, "", "")
+    path = Path(path_text)
+    if not path.exists():
+        raise ExportError(f"source={text}: no such file or directory (allowed: {ALLOWED_SOURCE})")
+    if path.is_dir():
+        if hash_:
+            raise ExportError(f"source={text}: #RANK names an advice point, and {path_text} is a directory "
+                              f"(allowed: {ALLOWED_SOURCE})")
+        return from_run(path / RESULT)
+    data = _json(path, text)
+    if isinstance(data, dict) and "points" in data:
+        return from_advice(path, data, rank_text if hash_ else "1")
+    if hash_:
+        raise ExportError(f"source={text}: {path_text} has no advice points (allowed: {ALLOWED_SOURCE})")
+    return from_run(path)
+
+
+def _json(path: Path, text: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ExportError(f"source={text}: not readable JSON ({type(e).__name__}: {e}) "
+                          f"(allowed: {ALLOWED_SOURCE})") from None
+
+
+# -- a run directory -----------------------------------------------------------------------------
+def from_run(result_path: Path) -> Point:
+    if not result_path.is_file():
+        raise ExportError(f"source={result_path.parent}: no {RESULT} in it (allowed: {ALLOWED_SOURCE})")
+    try:
+        result = read(result_path)
+    except RecordError as e:
+        raise ExportError(f"source={result_path}: {e} (allowed: {ALLOWED_SOURCE})") from None
+    if result.plan is None:
+        raise ExportError(f"source={result_path}: status={result.status}, no plan recorded ({result.error}); "
+                          "allowed: a run that was planned")
+    plan = result.plan
+    layers = tuple(end - first for first, end in plan.stage_layers)
+    ranks = tuple(plan.stage_rank[str(s)] for s in range(len(layers)))
+    recorded = plan.schedule_actions() if plan.schedule is not None else None
+    return _point(f"run {result_path.parent} (status {result.status})", result.config, layers, ranks, recorded,
+                  _launch(result.config.get("cluster"), result.config["pp"] * result.config["dp"]))
+
+
+# -- an advice point -----------------------------------------------------------------------------
+def from_advice(path: Path, data: dict, rank_text: str) -> Point:
+    ranked = {p["rank"]: p for p in data["points"] if isinstance(p, dict) and p.get("rank") is not None}
+    allowed = f"1..{max(ranked)}, the points that fit" if ranked else "none: no point of it fits"
+    try:
+        rank = int(rank_text)
+    except ValueError:
+        raise ExportError(f"rank={rank_text}: not a whole number (allowed: {allowed})") from None
+    if rank not in ranked:
+        raise ExportError(f"rank={rank}: no point of {path} has that rank (allowed: {allowed})")
+    point = ranked[rank]
+    try:
+        config = asdict(_config(data.get("overrides", []), point["overrides"]))
+    except ConfigError as e:
+        raise ExportError(f"source={path}#{rank}: {e}") from None
+    layers = tuple(point["layers_per_stage"])
+    stage_spec = spec(config["schedule"]["name"])
+    n = config["pp"]
+    ranks = tuple(min(s, 2 * n - 1 - s) if stage_spec.placement == V_SHAPE else s % n for s in range(len(layers)))
+    label = f"{path}#{rank}: {point.get('label', '')}".rstrip(": ")
+    return _point(label, config, layers, ranks, None, _launch(data.get("cluster"), config["pp"] * config["dp"]))
+
+
+def _config(keys: list[str], overrides: dict[str, Any]) -> Config:
+    """The Config `python -m harness <the advice's keys> <the point's>` runs (Hydra composes it:
+    scenarios and groups as on the command line; no file the keys name is read)."""
+    point = [f"schedule={overrides['schedule']}"] + [f"{k}={_hydra(v)}" for k, v in overrides.items()
+                                                      if k != "schedule"]
+    return compose_config([*keys, *point])
+
+
+def _hydra(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# -- both ----------------------------------------------------------------------------------------
+def _launch(cluster: dict | None, world: int) -> Launch:
+    if not cluster:
+        return Launch(1, world, None)
+    per_node = int(cluster.get("gpus_per_node") or world)
+    return Launch(math.ceil(world / per_node), min(world, per_node), cluster.get("name"))
+
+
+def _point(source: str, c: dict[str, Any], layers: tuple[int, ...], ranks: tuple[int, ...],
+           recorded: Schedule | None, launch: Launch) -> Point:
+    gb = c.get("global_batch")
+    b = gb // (c["dp"] * c["microbatches"]) if gb else c["microbatch_size"]
+    return Point(source=source, schedule=c["schedule"]["name"], pp=c["pp"], dp=c["dp"],
+                 microbatches=c["microbatches"], microbatch_size=b, virtual_stages=c["virtual_stages"],
+                 checkpointing=bool(c["checkpointing"]), checkpoint_every=int(c.get("checkpoint_every") or 0),
+                 zero=int(c.get("zero") or 0), placement=c.get("placement", "pp_inner"),
+                 dtype=c.get("dtype", "fp32"), optimizer=c["optimizer"]["name"], lr=float(c.get("lr", 0.01)),
+                 steps=int(c.get("steps", 5)), model=dict(c["model"]), layers_per_stage=layers,
+                 stage_rank=ranks, recorded_schedule=recorded, launch=launch)
