@@ -59,13 +59,19 @@ def run_dir(tmp_path, config):
 
 
 # -- torchtitan, parsed by its own ConfigManager -------------------------------------------------
+def need_torchtitan() -> None:
+    """Skip, saying why, where torchtitan's config parser cannot be imported."""
+    for module in ("tyro", "spmd_types", "torchtitan.config"):
+        pytest.importorskip(module, reason=f"{module} not importable: make venv installs requirements-test.txt "
+                                           "(torchtitan==0.3.0 with --no-deps and its config parser's few dependencies)")
+
+
 def titan(args: list[str]):
     """torchtitan's ConfigManager on the exported overrides, the model (--module/--config) swapped
     for tests/torchtitan_registry.py's sections."""
-    pytest.importorskip("tyro", reason="torchtitan's config parser needs tyro: make venv installs "
-                                       "requirements-test.txt")
-    manager = pytest.importorskip("torchtitan.config.manager", reason="torchtitan not installed: make venv "
-                                  "installs requirements-test.txt (pip install --no-deps torchtitan==0.3.0)")
+    need_torchtitan()
+    from torchtitan.config import manager
+
     rest = list(args)
     for key, value in (("--module", "tests.torchtitan_registry"), ("--config", "harness_export")):
         rest[rest.index(key) + 1] = value
@@ -80,8 +86,7 @@ def stage_layers_of_fqns(parts: list[list[str]]) -> list[int]:
 def test_the_registry_sections_are_trainer_configs_own():
     """tests/torchtitan_registry.py stands for Trainer.Config: the same field names and types,
     read from torchtitan/trainer.py's source (importing it needs torchtitan's training stack)."""
-    pytest.importorskip("torchtitan.config", reason="torchtitan not installed: make venv installs "
-                        "requirements-test.txt")
+    need_torchtitan()
     import torchtitan
 
     tree = ast.parse((Path(torchtitan.__file__).parent / "trainer.py").read_text())
@@ -97,6 +102,7 @@ def test_torchtitan_parses_advice_1_as_the_point(capsys):
     """The recommended 70B point: Interleaved1F1B over 32 uneven stages (module names per part),
     FSDP over dp=8 for ZeRO-1, M=64 of B=1, full AC, bf16 mixed precision; torchtitan's own
     stage placement puts each part on the rank the harness does."""
+    need_torchtitan()
     from torchtitan.distributed.activation_checkpoint import FullAC
     from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
 
@@ -128,6 +134,7 @@ def test_torchtitan_parses_advice_1_as_the_point(capsys):
 def test_torchtitan_layers_per_stage_where_its_own_split_is_the_points(capsys):
     """advice #6, 1F1B [11, 11, 10, ...]: one pipeline_parallel_layers_per_stage, which
     torchtitan's own metadata and split turn back into the point's stages."""
+    need_torchtitan()
     from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part, _get_pipeline_metadata
 
     point = next(p for p in json.loads(ADVICE.read_text())["points"] if p["rank"] == 6)
@@ -147,6 +154,7 @@ def test_torchtitan_gets_a_csv_for_a_schedule_it_has_no_name_for(capsys, run_dir
     """zb_h1 runs one stage per rank, where torchtitan builds InterleavedZeroBubble with two:
     the run's own actions go as torch's CSV beside --out, named in the command; torchtitan's
     metadata gives one stage per rank, as the run had."""
+    need_torchtitan()
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
     from torchtitan.distributed.pipeline_parallel import _get_pipeline_metadata
 
@@ -176,6 +184,7 @@ def test_torchtitan_gets_a_csv_for_a_schedule_it_has_no_name_for(capsys, run_dir
 def test_torchtitan_places_every_named_schedules_stages_as_the_run(capsys, run_dir, schedule, name, v):
     """Each schedule torchtitan has a name for: that name, and torchtitan's own stage placement
     and layer split give the run's stages on the run's ranks."""
+    need_torchtitan()
     from torchtitan.distributed.pipeline_parallel import (_generate_llm_fqn_per_model_part,
                                                           _get_pipeline_metadata,
                                                           _get_pp_rank_to_stage_indices_mapping)
