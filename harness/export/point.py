@@ -165,9 +165,12 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Point:
     point = ranked[rank]
     try:
         config = asdict(_config(data.get("overrides", []), point["overrides"]))
+        layers = tuple(int(n) for n in point["layers_per_stage"])
     except ConfigError as e:
         raise ExportError(f"source={path}#{rank}: {e}") from None
-    layers = tuple(point["layers_per_stage"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExportError(f"source={path}#{rank}: not an advice point (its overrides and layers_per_stage, "
+                          f"as harness.advise writes them: {type(e).__name__} {e})") from None
     stage_spec = spec(config["schedule"]["name"])
     n = config["pp"]
     ranks = tuple(min(s, 2 * n - 1 - s) if stage_spec.placement == V_SHAPE else s % n for s in range(len(layers)))
