@@ -1,5 +1,5 @@
 """The report as a list of blocks, rendered to Markdown here and to HTML in html.py, so both
-say the same thing. Text may hold `code` spans."""
+say the same thing. Text may hold `code` spans and **bold** spans."""
 
 from __future__ import annotations
 
@@ -34,7 +34,13 @@ class Items:
     items: list[str]
 
 
-Block = Heading | Text | Image | Table | Items
+@dataclass
+class Code:
+    text: str  # shown as it is: a command to copy
+    language: str = "bash"
+
+
+Block = Heading | Text | Image | Table | Items | Code
 
 
 def fmt(v: object) -> str:
@@ -56,6 +62,8 @@ def markdown(blocks: list[Block]) -> str:
             lines += [f"![{b.alt}]({b.path})", ""]
         elif isinstance(b, Items):
             lines += [f"- {i}" for i in b.items] + [""]
+        elif isinstance(b, Code):
+            lines += [f"```{b.language}", b.text, "```", ""]
         else:
             lines += ["| " + " | ".join(b.head) + " |", "|" + "---|" * len(b.head)]
             lines += ["| " + " | ".join(fmt(c).replace("|", "\\|") for c in row) + " |" for row in b.rows] + [""]

@@ -8,7 +8,7 @@ import re
 from html import escape
 from pathlib import Path
 
-from harness.report.doc import Block, Heading, Image, Items, Text, fmt
+from harness.report.doc import Block, Code, Heading, Image, Items, Text, fmt
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222 }
@@ -17,12 +17,15 @@ table { border-collapse: collapse; font-size: 12px; margin: .5em 0 1em }
 th, td { border: 1px solid #ccc; padding: 2px 6px }
 th { background: #f3f3f3; position: sticky; top: 0 } td { text-align: right } td:first-child { text-align: left }
 img { max-width: 100%; border: 1px solid #eee } nav a { margin-right: 1em }
+pre { background: #f3f3f3; padding: .5em; overflow-x: auto; white-space: pre-wrap; word-break: break-all }
 """
 
 
 def _inline(text: str) -> str:
-    """Escaped text with `code` spans."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
+    """Escaped text with `code` and **bold** spans (bold outside code spans only)."""
+    parts = re.split(r"(`[^`]+`)", escape(text))
+    return "".join(f"<code>{p[1:-1]}</code>" if p.startswith("`") and p.endswith("`") and len(p) > 1
+                   else re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", p) for p in parts)
 
 
 def _slug(text: str) -> str:
@@ -43,6 +46,8 @@ def _block(root: Path, b: Block) -> str:
         return _image(root, b)
     if isinstance(b, Items):
         return "<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>"
+    if isinstance(b, Code):
+        return f"<pre><code>{escape(b.text)}</code></pre>"
     head = "".join(f"<th>{escape(h)}</th>" for h in b.head)
     rows = "".join("<tr>" + "".join(f"<td>{escape(fmt(c))}</td>" for c in row) + "</tr>" for row in b.rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
