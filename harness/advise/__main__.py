@@ -1,6 +1,6 @@
 """`python -m harness.advise [key=value ...] cluster=<preset> --global-batch N [options]`:
 search schedule x pp x dp x M x v x checkpointing x ZeRO x placement for a model on a cluster
-and write advice.json, advice.md and advice.png (harness/advise/__init__.py says how).
+and write advice.json, advice.md, advice.html and advice.png (harness/advise/__init__.py says how).
 
 Keys are python -m harness's (model=..., model.layers=..., dtype=..., optimizer=..., profile=...,
 cost.time_scale=..., +scenario=...), `cluster=<preset>` and `cluster.<key>=<value>` among them
@@ -70,6 +70,7 @@ def _progress():
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from .page import model_title
     from .problem import build_problem
     from .report import write
 
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                       zero=tuple(args.zero), placements=tuple(args.placements), gpus=args.gpus,
                       max_microbatches=args.max_microbatches, max_microbatch_size=args.max_microbatch_size)
         c = problem.config
-        print(f"harness.advise: {c.model.name} ({problem.num_layers} layers, {c.dtype}, {c.optimizer.name}) on "
-              f"{problem.cluster.name}, global batch {problem.global_batch}", flush=True)
+        print(f"harness.advise: {model_title(c.model, problem.model)} ({problem.num_layers} layers, {c.dtype}, "
+              f"{c.optimizer.name}) on {problem.cluster.name}, global batch {problem.global_batch}", flush=True)
         result = search(problem, space, _progress(), args.workers)
     except AdviseError as e:
         print(f"harness.advise: error: {e}", file=sys.stderr)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(result.predictions) / max(result.seconds, 1e-9):,.0f}/s), {len(result.fitting):,} fit; best: "
           f"{best.point.label()}: step {best.step_time_s:.4g} s, {best.throughput_samples_s * k:,.0f} "
           f"{'tokens' if problem.tokens_per_sample else 'samples'}/s, {best.memory.peak / 2**30:.1f} GiB per GPU")
-    print(f"harness.advise: wrote {paths['md']}, {paths['json']}, {paths['png']}")
+    print(f"harness.advise: wrote {paths['md']}, {paths['html']}, {paths['json']}, {paths['png']}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""What a search writes: advice.json (every point), advice.md (the answer, what came close, the
+"""What a search writes: advice.json (every point), advice.md and advice.html (one page, two
+renderings, page.py: the answer, why its bubble is what it is, what came close, the
 assumptions, the commands), advice.png (throughput against peak memory per GPU, with the
-Pareto front)."""
+Pareto front: figure.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ import shlex
 from pathlib import Path
 
 from harness.config import OVERHEAD_TABLES
+from harness.report.doc import Block, markdown
+from harness.report.html import page as html_page
 from harness.schedules.registry import SCHEDULES
 from harness.simulate.links import summary
 
+from .bubble import Explained, explain
+from .figure import Frame, figure
+from .page import blocks, model_title
 from .problem import shown
 from .search import GIB, Prediction, Problem, Result
 
@@ -126,8 +132,9 @@ def to_json(p: Problem, r: Result, top: int) -> dict:
     return {
         "cluster": {"name": cl.name, "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
                     "usable_bytes_per_gpu": cl.usable_bytes, "source": cl.source},
-        "model": {"name": p.config.model.name, "layers": p.num_layers, "dtype": p.config.dtype,
-                  "optimizer": p.config.optimizer.name, "profile": shown(p.config.profile) if p.config.profile else None},
+        "model": {"name": p.config.model.name, "title": model_title(p.config.model, p.model), "layers": p.num_layers,
+                  "dtype": p.config.dtype, "optimizer": p.config.optimizer.name,
+                  "profile": shown(p.config.profile) if p.config.profile else None},
         "global_batch": p.global_batch,
         "search": {"points": len(r.predictions), "fit": len(r.fitting), "seconds": r.seconds,
                    "points_per_s": len(r.predictions) / r.seconds if r.seconds else None,
@@ -138,108 +145,24 @@ def to_json(p: Problem, r: Result, top: int) -> dict:
     }
 
 
-def _fmt_s(s: float) -> str:
-    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
-
-
-def to_markdown(p: Problem, r: Result, top: int, figure: str | None) -> str:
-    fit = r.fitting
-    best = fit[0]
-    unit = "tokens/s" if p.tokens_per_sample else "samples/s"
-    k = p.tokens_per_sample or 1
-
-    def row(x: Prediction) -> str:
-        m = x.memory
-        return (f"| {x.rank if x.rank else '-'} | {x.point.label()} | {_fmt_s(x.step_time_s)} | "
-                f"{x.throughput_samples_s * k:,.0f} | {x.throughput_samples_s / best.throughput_samples_s:.1%} | "
-                f"{m.peak / GIB:.1f} | {m.params / GIB:.1f} / {m.optimizer / GIB:.1f} / "
-                f"{(m.peak - m.params - m.grads - m.optimizer) / GIB:.1f} | {x.bubble:.3f} | "
-                f"{'yes' if x.pareto else ''} |")
-
-    head = (f"| rank | point | step | {unit} | of best | peak GiB/GPU | params / optimizer / activations GiB "
-            "| bubble | Pareto |\n|---|---|---|---|---|---|---|---|---|")
-    lines = [f"# Advice: {p.config.model.name} ({p.num_layers} layers, {p.config.dtype}, {p.config.optimizer.name}) "
-             f"on {p.cluster.name}, global batch {p.global_batch}", "",
-             f"**Recommended:** `{best.point.label()}`: predicted step {_fmt_s(best.step_time_s)}, "
-             f"{best.throughput_samples_s * k:,.0f} {unit}, {best.memory.peak / GIB:.1f} GiB on the fullest GPU "
-             f"(of {p.cluster.usable_bytes / GIB:.1f} usable).", "",
-             f"Searched {len(r.predictions):,} points in {r.seconds:.1f} s "
-             f"({len(r.predictions) / max(r.seconds, 1e-9):,.0f} points/s); {len(fit):,} fit.", ""]
-    if figure:
-        lines += [f"![throughput against peak memory per GPU]({figure})", ""]
-    lines += [f"## The top {min(top, len(fit))}", "", head] + [row(x) for x in fit[:top]]
-    close = [x for x in fit[top:] if x.throughput_samples_s >= 0.9 * best.throughput_samples_s][:5]
-    other = _best_per_schedule(fit)
-    lines += ["", "## What else came close", ""]
-    if close:
-        lines += ["Within 10% of the best, beyond the top:", "", head] + [row(x) for x in close]
-    lines += ["", "The best point of each schedule:", "", head] + [row(x) for x in other]
-    smallest = min(fit, key=lambda x: x.memory.peak)
-    lines += ["", f"The smallest fitting point: {row(smallest)[1:].split('|')[1].strip()} at "
-                  f"{smallest.memory.peak / GIB:.1f} GiB, {smallest.throughput_samples_s / best.throughput_samples_s:.0%} "
-                  "of the best's throughput."]
-    lines += ["", "## Run them", "",
-              "Each point's `predicted` command is the same keys on the simulator: it prints the step and memory "
-              "above (python -m harness executor=sim is what the search ran on every point).", ""]
-    for x in fit[:top]:
-        lines.append(f"{x.rank}. {x.point.label()}")
-        for where, cmd in commands(p, x).items():
-            lines += [f"   - {where}:", "", f"     ```bash\n     {cmd}\n     ```"]
-    lines += ["", "## Assumptions", ""] + [f"- {a}" for a in assumptions(p, r)]
-    if r.dropped:
-        lines += ["", "## Left out of the search", ""] + [f"- {n} x {why} (e.g. {r.examples[why]})"
-                                                        for why, n in sorted(r.dropped.items(), key=lambda kv: -kv[1])]
-    return "\n".join(lines) + "\n"
-
-
-def _best_per_schedule(fit: list[Prediction]) -> list[Prediction]:
-    seen: dict[str, Prediction] = {}
-    for x in fit:
-        seen.setdefault(x.point.schedule, x)
-    return sorted(seen.values(), key=lambda x: x.rank or 0)
-
-
-def figure(p: Problem, r: Result, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    k = p.tokens_per_sample or 1
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    schedules = sorted({x.point.schedule for x in r.predictions})
-    colors = dict(zip(schedules, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    no = [x for x in r.predictions if not x.fits]
-    if no:
-        ax.scatter([x.memory.peak / GIB for x in no], [x.throughput_samples_s * k for x in no], s=6, c="0.8",
-                   label=f"does not fit ({len(no)})")
-    for s in schedules:
-        xs = [x for x in r.fitting if x.point.schedule == s]
-        if xs:
-            ax.scatter([x.memory.peak / GIB for x in xs], [x.throughput_samples_s * k for x in xs], s=8,
-                       color=colors[s], alpha=0.6, label=f"{s} ({len(xs)})")
-    front = sorted((x for x in r.fitting if x.pareto), key=lambda x: x.memory.peak)
-    ax.plot([x.memory.peak / GIB for x in front], [x.throughput_samples_s * k for x in front], "k.-", lw=1,
-            label="Pareto front")
-    best = r.fitting[0]
-    ax.scatter([best.memory.peak / GIB], [best.throughput_samples_s * k], marker="*", s=220, c="gold",
-               edgecolors="k", zorder=5, label=f"best: {best.point.label()}")
-    ax.axvline(p.cluster.usable_bytes / GIB, color="r", ls="--", lw=1, label="usable memory per GPU")
-    ax.set_xlabel("peak memory on the fullest GPU (GiB, predicted)")
-    ax.set_ylabel(("tokens" if p.tokens_per_sample else "samples") + " per second (predicted)")
-    ax.set_title(f"{p.config.model.name} on {p.cluster.name}, global batch {p.global_batch}: "
-                 f"{len(r.predictions):,} points (simulated)", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def page_blocks(p: Problem, r: Result, top: int, doc: dict, figure: str | None = None,
+                frame: Frame | None = None, explained: Explained | None = None) -> list[Block]:
+    """The advice page's blocks (page.py), with this module's commands and assumptions."""
+    return blocks(p, r, top, doc, figure, frame, explained, lambda x: commands(p, x), assumptions(p, r))
 
 
 def write(p: Problem, r: Result, out: Path, top: int) -> dict[str, Path]:
+    """advice.json, advice.png, and the page made once as blocks: advice.md and advice.html."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "advice.json", "md": out / "advice.md", "png": out / "advice.png"}
-    paths["json"].write_text(json.dumps(to_json(p, r, top), indent=1))
-    figure(p, r, paths["png"])
-    paths["md"].write_text(to_markdown(p, r, top, paths["png"].name))
+    paths = {"json": out / "advice.json", "md": out / "advice.md", "html": out / "advice.html",
+             "png": out / "advice.png"}
+    doc = to_json(p, r, top)
+    explained = explain(p, r.fitting[0])
+    doc["recommended_bubble"] = explained.as_dict()
+    paths["json"].write_text(json.dumps(doc, indent=1))
+    title = model_title(p.config.model, p.model)
+    frame = figure(p, r, paths["png"], title)
+    parts = page_blocks(p, r, top, doc, paths["png"].name, frame, explained)
+    paths["md"].write_text(markdown(parts))
+    paths["html"].write_text(html_page(parts, f"Advice: {title} on {p.cluster.name}", out))
     return paths
