@@ -5,11 +5,13 @@ checkpointing x ZeRO x placement for one model on one cluster (`cluster=`, a Hyd
 harness/conf/cluster/). Each point is a harness Config: kept if the harness's own validation
 accepts it (harness/checks.py), predicted as `python -m harness executor=sim` would (the plan,
 priced by harness/simulate/pricing.py, the one simulator, harness/memory_theory.py). What fits
-is ranked by predicted throughput and written as advice.json, advice.md, a figure, and the
-commands that run the top points for real, and that reproduce each prediction.
+is ranked by predicted throughput and written as advice.json, advice.md and advice.html (one
+page), a figure, and the commands that run the top points for real, and that reproduce each
+prediction.
 
 Modules: problem.py (the command line to a Problem), search.py (the space, one point's
-prediction, the ranking), report.py (the files), calibrate.py (cluster=here, measured),
+prediction, the ranking), report.py (the files), page.py (the page as report blocks),
+figure.py (advice.png), bubble.py (the recommended point's bubble in parts), calibrate.py (cluster=here, measured),
 validate.py (predicted against measured on this machine), derive.py (the 70B example's derived
 one-block profile), __main__.py (the CLI).
 """
