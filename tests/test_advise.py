@@ -490,3 +490,31 @@ def test_module_entry_point_runs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness.advise", "cluster=nosuch", "--global-batch", "4"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip().startswith("harness.advise: error: cluster=nosuch")
+
+
+def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path, monkeypatch):
+    """advice.json's `compute`: derived (the fallback), the share of the H200's peak each layer
+    kind is priced at (a 70B block's GEMMs at the sustained 75%), the fit it came from; every
+    point: TFLOP/s per GPU (model FLOPs over its predicted step) and MFU against 989 TFLOP/s."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "advice"
+    assert advise_main(["cluster=h200_8nodes", "profile=data/llama70b_h200_derived_block_profile.json", "dtype=bf16",
+                        "optimizer=adamw", "--global-batch", "512", "--pp", "8", "--microbatch-sizes", "1",
+                        "--virtual-stages", "2", "--out", str(out)]) == 0
+    doc = json.loads((out / "advice.json").read_text())
+    compute = doc["compute"]
+    assert compute["source"] == "derived" and compute["device"] == "NVIDIA H200"
+    assert compute["efficiency"]["block"]["fwd"] == pytest.approx(0.75, abs=0.003)
+    assert compute["fit"]["source"] == "data/gpt2_h200_profile.json" and compute["fit"]["worst_leave_one_out"] < 0.12
+    from harness.model.built import built_model
+    from harness.compose import compose_config
+
+    model = built_model(compose_config(doc["overrides"]).model)
+    fwd_per_sample = sum(model.model.fwd_flops(i, 1) for i in range(model.num_layers))
+    for x in doc["points"]:
+        per_gpu = 3 * fwd_per_sample * 512 / x["step_time_s"] / (x["overrides"]["pp"] * x["overrides"]["dp"])
+        assert x["tflops_per_device"] == pytest.approx(per_gpu / 1e12, rel=1e-9)
+        assert x["mfu"] == pytest.approx(per_gpu / 989e12, rel=1e-9)
+        assert x["hfu"] == pytest.approx(x["mfu"] * (4 / 3 if x["overrides"]["checkpointing"] else 1), rel=1e-9)
+    md = (out / "advice.md").read_text()
+    assert "**derived**" in md and "MFU" in md and "--blocks 1" in md

@@ -146,8 +146,14 @@ def compute_blocks(p: Problem, r: Result, compute: dict | None, top: int) -> lis
         out.append(Text(str(note)))
     eff = compute.get("efficiency") or {}
     if eff:
-        out.append(Table(["layer kind", "forward efficiency", "backward efficiency"],
-                         [[kind, v.get("fwd"), v.get("bwd")] for kind, v in eff.items()]))
+        out.append(Text(f"Each layer kind is priced at this share of the {compute.get('device')}'s dense peak "
+                        f"(FLOPs / (seconds x peak), at B={compute.get('microbatch_size')}):"))
+        out.append(Table(["layer kind", "forward", "backward"],
+                         [[kind, f"{v['fwd']:.1%}", f"{v['bwd']:.1%}"] for kind, v in eff.items()]))
+    elif why := compute.get("efficiency_note"):
+        out.append(Text(str(why)))
+    if fit := compute.get("fit"):
+        out.append(Text(f"Large GEMMs approach {fit['sustained']:.0%} of peak: {fit['sustained_source']}."))
     return out
 
 

@@ -19,6 +19,7 @@ from harness.simulate.links import summary
 from .bubble import Explained, explain
 from .figure import Frame, figure
 from .page import blocks, model_title
+from .compute import compute_summary
 from .problem import shown
 from .search import GIB, Prediction, Problem, Result
 
@@ -159,6 +160,7 @@ def write(p: Problem, r: Result, out: Path, top: int) -> dict[str, Path]:
     doc = to_json(p, r, top)
     explained = explain(p, r.fitting[0])
     doc["recommended_bubble"] = explained.as_dict()
+    doc["compute"] = compute_summary(p, r.fitting[0])
     paths["json"].write_text(json.dumps(doc, indent=1))
     title = model_title(p.config.model, p.model)
     frame = figure(p, r, paths["png"], title)
