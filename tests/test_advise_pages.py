@@ -156,7 +156,7 @@ def test_compute_fields_are_rendered_when_present_and_tolerated_when_absent():
     assert "| TFLOP/s/GPU | MFU |" in head
     assert "| 100.0 | 25.0% |" in md  # the best point's
     assert "## Compute" in md and "**derived**" in md and "the fallback" in md and "--blocks 1" in md
-    assert "rates from GPT-2's blocks" in md and "| block | 0.41 | 0.38 |" in md
+    assert "rates from GPT-2's blocks" in md and "| block | 41.0% | 38.0% |" in md
     doc["compute"]["source"] = "measured"
     measured = markdown(page_blocks(p, r, 3, doc))
     assert "measured (profile `data/x.json`)" in measured and "the fallback" not in measured
