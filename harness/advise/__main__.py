@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.config import PLACEMENTS
 from harness.schedules.registry import built_in
 
-from .search import AdviseError, Space, search
+from .search import AdviseError, Prediction, Space, search
 
 
 def _bools(v: str) -> tuple[bool, ...]:
@@ -68,6 +68,13 @@ def _progress():
     return show
 
 
+def _utilization(x: Prediction) -> str:
+    u = x.utilization
+    if u is None:
+        return ""
+    return f"{u.tflops_per_device:.4g} TFLOP/s per GPU" + (f" (MFU {u.mfu:.1%})" if u.mfu is not None else "") + ", "
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from .page import model_title
@@ -96,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"harness.advise: {len(result.predictions):,} points in {result.seconds:.1f} s "
           f"({len(result.predictions) / max(result.seconds, 1e-9):,.0f}/s), {len(result.fitting):,} fit; best: "
           f"{best.point.label()}: step {best.step_time_s:.4g} s, {best.throughput_samples_s * k:,.0f} "
-          f"{'tokens' if problem.tokens_per_sample else 'samples'}/s, {best.memory.peak / 2**30:.1f} GiB per GPU")
+          f"{'tokens' if problem.tokens_per_sample else 'samples'}/s, {_utilization(best)}"
+          f"{best.memory.peak / 2**30:.1f} GiB per GPU")
     print(f"harness.advise: wrote {paths['md']}, {paths['html']}, {paths['json']}, {paths['png']}")
     return 0
 

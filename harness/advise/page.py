@@ -190,7 +190,9 @@ def blocks(p: Problem, r: Result, top: int, doc: dict, figure: str | None, frame
                     f"{smallest.throughput_samples_s / best.throughput_samples_s:.0%} of the best's throughput."))
     out += [Heading("Run them"),
             Text("Each point's `predicted` command is the same keys on the simulator: it prints the step and memory "
-                 "above (python -m harness executor=sim is what the search ran on every point).")]
+                 "above (python -m harness executor=sim is what the search ran on every point). To train a point "
+                 "with torchtitan or Megatron-LM instead: `python -m harness.export --to torchtitan|megatron "
+                 "advice.json#<rank>` writes that tool's arguments for it, and says what it cannot express.")]
     for x in fit[:top]:
         out.append(Heading(f"{x.rank}. {x.point.label()}", 3))
         for where, cmd in commands(x).items():
