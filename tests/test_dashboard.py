@@ -15,6 +15,7 @@ import wandb
 
 from harness import dashboard
 from harness.job import run_job
+from harness.result import read
 from harness.wandb_log import summary_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,9 @@ def test_its_keys_are_the_ones_log_wandb_writes(config, tmp_path):
     result = run_job(config(pp=2, microbatches=4), tmp_path, "g", "n").to_json()
     assert result["status"] == "ok", result["error"]
     summary = summary_metrics(result["metrics"])
+    # a CPU run: TFLOP/s, and MFU null with the reason (no peak for a CPU)
+    assert summary["flops/tflops_per_device"] > 0 and summary["flops/mfu"] is None
+    assert "cpu" in summary["flops/note"] and "MFU n/a: cpu" in read(tmp_path / "result.json").headline()
     assert dashboard.summary_keys() == README_KEYS
     assert README_KEYS <= summary.keys()
     for key in dashboard.config_keys():  # dotted paths into the resolved config wandb gets

@@ -320,7 +320,7 @@ def parse_layout(layout: str) -> list[list[str]]:
     return space["parse_str_to_list"](layout)
 
 
-@pytest.mark.parametrize("rank", [1, 2, 6, 20, 80])
+@pytest.mark.parametrize("rank", [1, 6, 80])
 def test_megatron_flags_of_advice_points_are_the_parsers(capsys, rank):
     code, out, err = export(capsys, "--to", "megatron", f"{ADVICE}#{rank}")
     assert code == 0, err
