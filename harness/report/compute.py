@@ -38,15 +38,17 @@ def compute_rate(runs: list[dict], out: Path) -> Figure:
         return fig_
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     with_peak = [r for r in shown if _flops(r)["mfu"] is not None]
+    # a CPU's rates read better in GFLOP/s
+    k, unit = (1e3, "GFLOP/s") if max(_flops(r)["tflops_per_device"] for r in shown) < 0.1 else (1.0, "TFLOP/s")
     for lbl, mine in series(shown, "B", always=("compute", "executor")).items():
         xs = [dim(r, "B") for r in mine]
-        left.plot(xs, [_flops(r)["tflops_per_device"] for r in mine], "o-", ms=4, lw=1.2, label=lbl)
+        left.plot(xs, [_flops(r)["tflops_per_device"] * k for r in mine], "o-", ms=4, lw=1.2, label=lbl)
         if peaked := [r for r in mine if r in with_peak]:
             line = right.plot([dim(r, "B") for r in peaked], [100 * _flops(r)["mfu"] for r in peaked], "o-", ms=4,
                               lw=1.2, label=lbl)
             right.plot([dim(r, "B") for r in peaked], [100 * _flops(r)["hfu"] for r in peaked], ":", lw=1,
                        color=line[0].get_color())
-    left.set(xlabel="microbatch size B", ylabel="TFLOP/s per device (model FLOPs)")
+    left.set(xlabel="microbatch size B", ylabel=f"{unit} per device (model FLOPs)")
     right.set(xlabel="microbatch size B", ylabel="MFU (%)")
     for ax in (left, right) if with_peak else (left,):
         log2_x(ax, [dim(r, "B") for r in shown])
