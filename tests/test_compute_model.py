@@ -138,3 +138,16 @@ def test_compare_says_derived_over_measured_per_kind_and_size(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "embed B=1: derived / measured fwd 1.00x, bwd 0.50x"
     assert len(lines) == 3 * 4 and all(line.endswith("fwd 1.00x, bwd 0.50x") for line in lines)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--sustained", "1.5"], "--sustained 1.5: a share of the peak (allowed: 0 < x <= 1)"),
+    (["--source", "/nonexistent.json"], "--source /nonexistent.json: FileNotFoundError"),
+    (["--compare", "/nonexistent.json"], "--compare /nonexistent.json: FileNotFoundError"),
+])
+def test_derive_refuses_bad_input_in_one_line(args, said, capsys, tmp_path):
+    from harness.advise.derive import main
+
+    assert main([*args, "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "p.json").exists()

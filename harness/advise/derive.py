@@ -122,16 +122,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the derived times over a measured one-block profile's (python -m harness.profile "
                          "... --blocks 1) instead of writing")
     args = ap.parse_args(argv)
-    prof = derive(args.source, sustained=args.sustained)
-    if args.compare is not None:
-        try:
-            measured = json.loads(args.compare.read_text())
-        except (OSError, ValueError) as e:
-            print(f"harness.advise.derive: --compare {args.compare}: {e}", file=sys.stderr)
-            return 2
-        print("\n".join(compare(prof, measured)))
-        return 0
-    args.out.write_text(json.dumps(prof, indent=1) + "\n")
+    if args.sustained is not None and not 0 < args.sustained <= 1:
+        print(f"harness.advise.derive: --sustained {args.sustained}: a share of the peak (allowed: 0 < x <= 1)",
+              file=sys.stderr)
+        return 2
+    where = "--source"
+    try:
+        prof = derive(args.source, sustained=args.sustained)
+        if args.compare is not None:
+            where = "--compare"
+            print("\n".join(compare(prof, json.loads(args.compare.read_text()))))
+            return 0
+        where = "--out"
+        args.out.write_text(json.dumps(prof, indent=1) + "\n")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        value = {"--source": args.source, "--compare": args.compare, "--out": args.out}[where]
+        allowed = "a writable file" if where == "--out" else "a profile JSON as python -m harness.profile writes"
+        print(f"harness.advise.derive: {where} {value}: {type(e).__name__}: {e} (allowed: {allowed})", file=sys.stderr)
+        return 2
     d = prof["derivation"]
     blk, eff = prof["layers"][1]["by_microbatch"]["1"], d["efficiency"]
     shares = "; ".join(f"{k} F {v['1']['fwd']:.0%} B {v['1']['bwd']:.0%}" for k, v in eff.items())
