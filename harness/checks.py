@@ -97,10 +97,6 @@ def _check_executor(c: Config, executor: Executor, cuda_devices: int, here: int)
         raise ConfigError(f"executor={c.executor}: {problem}")
     if executor.check is not None and (problem := entry_point(executor.check)(c)):
         raise ConfigError(problem)
-    if c.dp > 1 and split:
-        raise ConfigError(f"dp={c.dp}: schedule={c.schedule.name} defers weight gradients past the backward, "
-                          f"where DDP's gradient hooks never see them (allowed with dp > 1: "
-                          f"{', '.join(n for n, s in SCHEDULES.items() if s.build and not s.split_backward)}, or dp=1)")
     if here > c.max_processes and not executor.simulated:  # a simulated executor starts no process
         raise ConfigError(f"pp={c.pp} x dp={c.dp}: {here} processes on this machine, more than "
                           f"max_processes={c.max_processes}")

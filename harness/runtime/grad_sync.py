@@ -1,10 +1,16 @@
-"""Data parallelism of a rank's stages: each stage module wrapped in DDP over its pipeline
-rank's data-parallel group; gradients accumulate locally and are all-reduced once, in the
-stage's last backward of the step (as torch.distributed.pipelining's stage does).
+"""Data parallelism of a rank's stages: gradients accumulate locally over the step's
+microbatches and are averaged over the stage's data-parallel group once, when the stage's last
+gradient is in:
+- a stage without W (its backwards are whole B's): wrapped in DDP, which all-reduces inside the
+  stage's last backward of the step (as torch.distributed.pipelining's stage does);
+- a stage with W (zero-bubble schedules: the weight gradients come after the backward, where
+  DDP's hooks never see them): `all_reduce` after its last B or W, the gradients in buckets of
+  DDP's default size, all launched at once and then waited for.
 
-The sync is traced as its own event (`dp_sync`: from the last gradient bucket's launch to
-the end of the backward). With compute=emulated the backward's modeled cost is held before
-the first bucket launches, so the sync never hides inside the emulated compute.
+The sync is traced as its own event (`dp_sync`: from the last gradient bucket's launch to the
+end of the backward, or the explicit all-reduce). With compute=emulated the action's modeled
+cost is held before the first bucket launches, so the sync never hides inside the emulated
+compute.
 """
 
 from __future__ import annotations
@@ -15,12 +21,31 @@ from typing import Any, ContextManager, Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from harness import compat
 from harness.runtime.emulate import Emulator
 from harness.runtime.tracer import Tracer
+
+
+BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
+
+
+def buckets(grads: list[torch.Tensor], cap: int = BUCKET_BYTES) -> list[list[torch.Tensor]]:
+    """Consecutive gradients of one dtype and device, each bucket up to `cap` bytes (a larger
+    gradient alone)."""
+    out: list[list[torch.Tensor]] = []
+    size = 0
+    for g in grads:
+        nbytes = g.numel() * g.element_size()
+        if not out or size + nbytes > cap or (g.dtype, g.device) != (out[-1][0].dtype, out[-1][0].device):
+            out.append([])
+            size = 0
+        out[-1].append(g)
+        size += nbytes
+    return out
 
 
 class GradSync:
@@ -41,6 +66,21 @@ class GradSync:
 
         ddp.register_comm_hook(self.group, timed_allreduce)
         return ddp
+
+    def all_reduce(self, params: list[torch.Tensor]) -> None:
+        """Average the gradients of `params` over the group (every replica holds the same set:
+        they run the same schedule), traced as dp_sync."""
+        t0 = self.tracer.mark()
+        grads = [p.grad for p in params if p.grad is not None]
+        world = dist.get_world_size(self.group)
+        flat = [_flatten_dense_tensors(b) for b in buckets(grads)]
+        works = [dist.all_reduce(f, group=self.group, async_op=True) for f in flat]
+        for work, f, b in zip(works, flat, buckets(grads)):
+            work.wait()
+            f.div_(world)
+            for g, reduced in zip(b, _unflatten_dense_tensors(f, b)):
+                g.copy_(reduced)
+        self.launched = t0
 
     @staticmethod
     def forward_context(module: nn.Module) -> ContextManager:

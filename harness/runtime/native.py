@@ -62,12 +62,15 @@ class NativeRunner:
                              c.p2p_single_tag, plan.backend)
         self.transport = Routes(plan.stage_rank, self.prank, net)
         self.sync = GradSync(dp_group, device, self.emulator, self.tracer) if c.dp > 1 else None
+        # stages with W: their weight gradients come after the backward, out of DDP's sight: they
+        # all-reduce explicitly after their last gradient; the others are wrapped in DDP
+        self.explicit = {a.stage for a in self.actions if a.kind is Kind.W} if self.sync else set()
         if self.sync:
-            self.modules = {s: self.sync.wrap(m) for s, m in self.modules.items()}
+            self.modules = {s: m if s in self.explicit else self.sync.wrap(m) for s, m in self.modules.items()}
         # (stage, mb) whose backward is an I: only their forwards record the deferrable graph
         self.deferred = {(a.stage, a.microbatch) for a in self.actions if a.kind is Kind.I}
-        # the index of each stage's last backward in the action list: where DDP syncs
-        self.last_backward = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I)}
+        # the index of each stage's last gradient-making action (B, I or W) in the action list: where it syncs
+        self.last_grad = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I, Kind.W)}
         self.microbatch_bytes: list[int] = []
         # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/memory_theory.py)
@@ -141,15 +144,18 @@ class NativeRunner:
             for p in self.parameters():
                 p.grad = None
         x, output = st.pop(key)
-        syncing = self.sync.backward(self.modules[s], output, index == self.last_backward[s], h0,
-                                     self.emulator.seconds(a)) if self.sync else nullcontext()
+        last = index == self.last_grad[s]
+        syncing = (self.sync.backward(self.modules[s], output, last, h0, self.emulator.seconds(a))
+                   if self.sync and s not in self.explicit else nullcontext())
         with self.store.defer(key if a.kind is Kind.I else None), syncing:
             torch.autograd.backward(output, grad_tensors=grad)
         self.emulator.hold(h0, a)
-        launched = self.sync.launched if self.sync else None
+        launched = self.sync.launched if self.sync and s not in self.explicit else None
         self.tracer.record(str(a), COMPUTE, a.kind.value, s, mb, t0, launched)
         if launched is not None:
             self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, launched)
+        if last and s in self.explicit:  # a B ends this W-stage's gradients: sync before sending on
+            self._all_reduce(s)
         self.meter.release(key)
         for held in self.store.holding(key):  # what the deferred W still needs
             self.meter.keep(key, held)
@@ -157,13 +163,20 @@ class NativeRunner:
         if s > 0:
             self.transport.send(Message(s, s - 1, "grad", mb), x.grad, a)
 
-    def _weight(self, a: Action) -> None:
+    def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         self.store.run((a.stage, a.microbatch))
         self.emulator.hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))
         self._grads_now()
+        if index == self.last_grad[a.stage] and a.stage in self.explicit:
+            self._all_reduce(a.stage)
+
+    def _all_reduce(self, s: int) -> None:
+        assert self.sync is not None
+        self.sync.all_reduce(list(self.layers[s].parameters()))
+        self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, self.sync.launched)
 
     def _batch(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """This replica's shard of the step's global batch, one tensor per microbatch, as a
@@ -188,7 +201,7 @@ class NativeRunner:
                 if part is not None:
                     loss = part if loss is None else loss + part
             elif a.kind is Kind.W:
-                self._weight(a)
+                self._weight(a, i)
             else:
                 self._backward(a, i, st, drop_grads)
         self.transport.drain()

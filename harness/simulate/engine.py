@@ -5,8 +5,9 @@ when its rank has finished the action before it and its inputs have arrived (F: 
 of stage - 1; B and I: its own F and the gradient of stage + 1; W: its own I); sends are posted
 without blocking, a receive blocks until its message has arrived, and a message between stages
 on one rank is a local hand-off that costs nothing. With data parallelism each stage's gradients
-are all-reduced inside its last backward of the step, which the rank waits for, and only then is
-that backward's gradient sent on (DDP finishes the sync before backward returns). After its last
+are all-reduced once they are complete: inside its last backward of the step, which the rank
+waits for, and only then is that backward's gradient sent on (DDP finishes the sync before
+backward returns); after its last W where the schedule splits the backward. After its last
 action each rank steps its optimizer. Only a cycle of receive waits deadlocks.
 
 For a fixed per-rank order the start times are a longest path through that dependency graph,
@@ -30,7 +31,7 @@ from harness.schedules.ir import Action, Kind, Schedule
 from harness.simulate.cost import CostModel
 from harness.trace import COMM, COMPUTE, WAIT, Event, Trace
 
-F, B, I, W, LASTB = 0, 1, 2, 3, 4  # cost codes (code * stages + stage); LASTB: a stage's last B or I  # noqa: E741
+F, B, I, W, LASTB = 0, 1, 2, 3, 4  # cost codes (code * stages + stage); LASTB: a stage's last B, I or W  # noqa: E741
 KF, KB, KI, KW = Kind.F, Kind.B, Kind.I, Kind.W
 LETTERS = "FBIW"
 
@@ -60,9 +61,9 @@ class Compiled:
     rows: tuple[tuple[int, int, int, int, int, int], ...]
     actions: tuple[tuple[int, int, int, int], ...]  # [row] (rank, stage, kind code, microbatch)
     by_rank: tuple[tuple[int, ...], ...]  # [i-th rank] its rows in its own order
-    lastb_kind: tuple[int, ...]  # [stage] B or I: what its last backward is
+    lastb_kind: tuple[int, ...]  # [stage] B, I or W: its last gradient-making action
     kind_counts: tuple[dict[tuple[int, int], int], ...]  # [i-th rank] (kind code, stage) -> its actions of them
-    lastb: frozenset[int]  # rows that are a stage's last backward (where its gradient sync runs)
+    lastb: frozenset[int]  # rows that end a stage's gradients (where its gradient sync runs)
 
     @cached_property
     def receives(self) -> tuple[bool, ...]:
@@ -183,10 +184,10 @@ def compile_schedule(schedule: Schedule) -> Compiled:
     if stuck:
         raise Deadlock(stuck)
     ranks = tuple(sorted(schedule))
-    last_rows: dict[int, int] = {}  # stage -> the row of its last B or I, in its rank's order
+    last_rows: dict[int, int] = {}  # stage -> the row of its last B, I or W (its gradients complete)
     for r in ranks:
         for i in mine[r]:
-            if actions[i][2] in (B, I):
+            if actions[i][2] in (B, I, W):
                 last_rows[actions[i][1]] = i
     lastb = tuple(actions[last_rows[s]][2] for s in range(S))
     for s, i in last_rows.items():  # its cost code: the sync runs inside it
@@ -210,7 +211,8 @@ def _table(c: Compiled, cost: CostModel) -> tuple[list[float], list[float]]:
     igrad, wgrad = cost.igrad, cost.wgrad
     table = ([f + x for f, x in zip(cost.fwd_s, f_io)] + [b + x for b, x in zip(cost.bwd_s, b_io)]
              + [g + x for g, x in zip(igrad, b_io)] + [w + o for w in wgrad]
-             + [(igrad[s] if c.lastb_kind[s] == I else cost.bwd_s[s]) + b_io[s] + sync[s] for s in range(S)])
+             + [(wgrad[s] + o if c.lastb_kind[s] == W else (igrad[s] if c.lastb_kind[s] == I else cost.bwd_s[s])
+                 + b_io[s]) + sync[s] for s in range(S)])
     fwd_hop, bwd_hop = cost.hops(S)
     return table, fwd_hop + bwd_hop + [0.0]
 
