@@ -98,16 +98,17 @@ def test_the_registry_sections_are_trainer_configs_own():
     assert fields["hf_assets_path"] == "str"
 
 
-def test_torchtitan_parses_advice_1_as_the_point(capsys):
-    """The recommended 70B point: Interleaved1F1B over 32 uneven stages (module names per part),
-    FSDP over dp=8 for ZeRO-1, M=64 of B=1, full AC, bf16 mixed precision; torchtitan's own
-    stage placement puts each part on the rank the harness does."""
+def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys):
+    """The 70B example's best interleaved 1F1B point: Interleaved1F1B over 32 uneven stages
+    (module names per part), FSDP over dp=8 for ZeRO-1, M=64 of B=1, full AC, bf16 mixed
+    precision; torchtitan's own stage placement puts each part on the rank the harness does."""
     need_torchtitan()
     from torchtitan.distributed.activation_checkpoint import FullAC
     from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
 
-    point = json.loads(ADVICE.read_text())["points"][0]
-    code, out, err = export(capsys, "--to", "torchtitan", f"{ADVICE}#1")
+    point = next(p for p in json.loads(ADVICE.read_text())["points"]
+                 if p["overrides"]["schedule"] == "interleaved_1f1b" and p["overrides"]["pp"] == 8 and p["rank"])
+    code, out, err = export(capsys, "--to", "torchtitan", f"{ADVICE}#{point['rank']}")
     assert code == 0, err
     args = command(out, "torchtitan.train")
     assert args[:4] == ["--module", "llama3", "--config", "llama3_70b"]
