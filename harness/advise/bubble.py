@@ -6,7 +6,8 @@ point's predicted bubble exactly (the last variant is the point itself):
                    schedule's own fill and drain (harness/theory.py's closed form says the same)
   uneven stages    the point's own stage costs, free links (CostModel.without_comm)
   hops             + the point-to-point messages (and any send/receive overhead), no all-reduce
-  dp all-reduce    + each stage's gradient all-reduce inside its last backward: the point
+  dp all-reduce    + each stage's gradient all-reduce once its gradients are complete (in its
+                   last B, or after its last W): the point
 
 The order is a choice (communication is priced on top of the uneven stages, as a run has
 them); a part may be negative where a variant idles less than the one before it.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from harness import theory
 from harness.plan import Plan, make_plan
+from harness.schedules.registry import SCHEDULES
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 
@@ -102,8 +104,8 @@ def _hops_why(plan: Plan, cost: CostModel, crossings: int) -> str:
 def _sync_why(plan: Plan, cost: CostModel) -> str:
     if not cost.sync_s:
         return f"dp={plan.config.dp}: no gradient all-reduce"
-    return (f"dp={plan.config.dp}: each stage's ring all-reduce, up to {_ms(max(cost.sync_s))} (inside its last "
-            f"backward, not overlapped)")
+    where = "after its last W" if SCHEDULES[plan.config.schedule.name].split_backward else "inside its last backward"
+    return f"dp={plan.config.dp}: each stage's ring all-reduce, up to {_ms(max(cost.sync_s))} ({where}, not overlapped)"
 
 
 def explain_plan(plan: Plan, crossings: int = 0) -> Explained:

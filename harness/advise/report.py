@@ -37,7 +37,8 @@ def assumptions(p: Problem, r: Result | None = None) -> list[str]:
         + (f"; latency replaced by the executor's measured hop ({cl.overhead.hop_s} s by ranks on the host)"
            if cl.overhead.hop_s else ""),
         "data-parallel gradient sync: ring all-reduce per stage, 2(n-1) latency + 2(n-1)/n x bytes / bandwidth "
-        "over the slowest link the replicas span, inside the stage's last backward, not overlapped with compute",
+        "over the slowest link the replicas span, inside the stage's last backward (after its last W where the "
+        "schedule splits the backward), not overlapped with compute",
         "ZeRO-1: optimizer moments sharded (memory); after the step an all-gather of the updated shards (time)",
         f"optimizer step: memory-bound, parameters x bytes read and written / {cl.memory_bandwidth_Bps / 1e12:g} TB/s",
         "compute: the profile's per-layer forward and backward seconds at B (linear between measured sizes), "

@@ -32,7 +32,7 @@ class CostModel:
     message_bytes: tuple[int, ...] = field(default=())  # [stage] bytes of its output message
     fwd_hop_s: tuple[float, ...] | None = None  # [stage] seconds for its activation to reach s + 1 (another rank)
     bwd_hop_s: tuple[float, ...] | None = None  # [stage] seconds for its input gradient to reach s - 1
-    sync_s: tuple[float, ...] = ()  # [stage] the data-parallel all-reduce inside its last backward (dp > 1)
+    sync_s: tuple[float, ...] = ()  # [stage] dp > 1: the all-reduce in its last B, or after its last W
     action_overhead_s: float = 0.0  # added to every compute action (what an executor adds)
     send_s: float = 0.0  # posting a send to another rank, after the action that made it
     recv_s: float = 0.0  # taking a message from another rank that has arrived, before the action
