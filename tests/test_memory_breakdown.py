@@ -25,8 +25,9 @@ KEYS = ("params", "grads", "optimizer", "activations", "peak")
     dict(pp=4, **{"optimizer.name": "adamw"}, **GPT),
     dict(pp=2, dp=2, zero=1, dtype="bf16", **{"optimizer.name": "adamw"}, **GPT),
     dict(pp=2, **{"optimizer.name": "adamw"}, **LLAMA),
+    dict(pp=2, dp=2, zero=1, **{"schedule.name": "zb_h2", "optimizer.name": "adamw"}, **GPT),
 ], ids=["mlp-sgd-pp2", "mlp-adamw-ckpt-pp4", "mlp-adamw-zero1-dp2", "gpt-sgd-ckpt-dp2", "gpt-adamw-pp4",
-        "gpt-bf16-adamw-zero1-dp2", "hf-llama-adamw-pp2"])
+        "gpt-bf16-adamw-zero1-dp2", "hf-llama-adamw-pp2", "gpt-zb_h2-adamw-zero1-dp2"])
 def test_measured_equals_theory_for_every_component_on_every_rank(tmp_path, config, case):
     c = config(microbatches=4, steps=2, **case)
     result = run_job(c, tmp_path, "test", "bytes")

@@ -17,12 +17,12 @@ from harness.schedules.validate import ScheduleError, validate
 # (name, v): every built-in, interleaved_1f1b with 2 and 3 chunks per rank
 VARIANTS = [(name, 1) for name in built_in() if name != "interleaved_1f1b"] + [("interleaved_1f1b", 2),
                                                                              ("interleaved_1f1b", 3)]
-NO_SPLIT = ("gpipe", "1f1b", "interleaved_1f1b")  # no I/W: DDP can sync them, so dp=2 too
 # grid points (pp 2..8 x M 1..32) where eager on NCCL deadlocks, and how many points build.
 # Only M=1 survives (one message each way per pair), and GPipe everywhere (every rank sends
 # all its activations before it receives a gradient, and its peer receives them in that order).
 EAGER_NCCL_DEADLOCKS = {
-    ("gpipe", 1): (0, 224), ("1f1b", 1): (217, 224), ("zb_h1", 1): (217, 224), ("zbv", 1): (217, 224),
+    ("gpipe", 1): (0, 224), ("1f1b", 1): (217, 224), ("zb_h1", 1): (217, 224), ("zb_h2", 1): (217, 224),
+    ("zbv", 1): (217, 224),
     ("dualpipev", 1): (161, 161), ("interleaved_1f1b", 2): (124, 131), ("interleaved_1f1b", 3): (124, 131),
 }
 
@@ -44,7 +44,7 @@ def test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl(name, v):
             total += 1
             schedule = build(name, n, m, v)
             validate(schedule, n * chunks_per_rank(name, v), m)  # once; each check below trusts it
-            for dp in (1, 2) if name in NO_SPLIT else (1,):
+            for dp in (1, 2):
                 p2p.check(schedule, "safe", "nccl", n, dp, validated=True)
                 p2p.check(schedule, "safe", "nccl", n, dp, single_tag=True, validated=True)
                 p2p.check(schedule, "eager", "gloo", n, dp, validated=True)
@@ -198,7 +198,7 @@ def test_cli(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("mismatch: rank 1 2I0")
     assert check_main(["--csv", str(path), "--p2p", "safe", "--backend", "gloo", "--single-tag"]) == 0
     assert capsys.readouterr().out.startswith(f"ok: {path} pp=2 dp=1")
-    for bad in (["--schedule", "1f1b", "--pp", "2"], ["--schedule", "zb_h2", "--pp", "2", "--microbatches", "2"],
+    for bad in (["--schedule", "1f1b", "--pp", "2"], ["--schedule", "zb_h9", "--pp", "2", "--microbatches", "2"],
                 ["--csv", str(tmp_path / "missing.csv")], ["--csv", str(path), "--pp", "1"],
                 ["--schedule", "dualpipev", "--pp", "4", "--microbatches", "7"], [],
                 ["--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--backend", "mpi"]):

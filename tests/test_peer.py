@@ -20,6 +20,7 @@ CASES = [  # (schedule, pp, M); interleaved at v=2; ~2-5 s each on 2 cores
     ("1f1b", 4, 8),
     ("interleaved_1f1b", 2, 4),
     ("zb_h1", 4, 8),
+    ("zb_h2", 4, 8),  # no torch class: the plan's actions through torch's CSV loader
     ("zbv", 2, 4),
     ("dualpipev", 2, 4),
 ]

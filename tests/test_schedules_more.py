@@ -27,7 +27,7 @@ def acts(text: str) -> list[Action]:
     ("1f1b", 0, 8, 1, "pp=0: needs at least 1"),
     ("1f1b", 4, 0, 1, "microbatches=0: needs at least 1"),
     ("interleaved_1f1b", 4, 8, 0, "virtual_stages=0: needs at least 1"),
-    ("zb_h2", 4, 8, 1, "schedule=zb_h2: no builder (have: gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv, dualpipev)"),
+    ("zb_h9", 4, 8, 1, "schedule=zb_h9: no builder (have: gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, dualpipev)"),
 ])
 def test_requirements_name_the_key_the_value_and_what_is_allowed(name, n, m, v, message):
     assert requirements(name, n, m, v) == message

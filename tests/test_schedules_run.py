@@ -11,7 +11,8 @@ from harness.schedules.registry import requirements
 
 pytestmark = pytest.mark.dist
 
-CASES = [(s, pp, m) for s in ("interleaved_1f1b", "zb_h1", "zbv", "dualpipev") for pp in (2, 4) for m in (4, 8)]
+CASES = [(s, pp, m) for s in ("interleaved_1f1b", "zb_h1", "zbv", "dualpipev") for pp in (2, 4) for m in (4, 8)] + [
+    ("zb_h2", 4, 8)]
 
 
 @pytest.mark.parametrize("schedule,pp,m", CASES)
@@ -25,11 +26,12 @@ def test_schedule_matches_single_process_reference(tmp_path, config, schedule, p
     metrics = result.metrics
     assert metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
     assert metrics.grad_check.max_rel_diff < 1e-5, metrics.grad_check
-    if schedule in ("zb_h1", "zbv", "dualpipev"):  # the backward really was split
+    if schedule in ("zb_h1", "zb_h2", "zbv", "dualpipev"):  # the backward really was split
         assert metrics.mean_op_s.get("I") and metrics.mean_op_s.get("W")
 
 
-FIFO_CASES = [(s, pp) for s in ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev") for pp in (2, 4)]
+FIFO_CASES = [(s, pp) for s in ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev") for pp in (2, 4)] + [
+    ("zb_h2", 4)]
 
 
 @pytest.mark.parametrize("schedule,pp", FIFO_CASES)

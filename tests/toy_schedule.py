@@ -1,6 +1,7 @@
 """A schedule from outside the package, in one file: every forward, then every backward in
 reverse microbatch order (the last microbatch's gradient first, as a stack would). No closed
-form and no torch class: theory is the simulator's labelled ideal, executor=pytorch refuses it.
+form and no torch class: theory is the simulator's labelled ideal, executor=pytorch runs it
+through torch's CSV loader.
 Registered by the test that uses it (tests/test_schedule_registry.py), unregistered after."""
 
 from __future__ import annotations

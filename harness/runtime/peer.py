@@ -22,8 +22,11 @@ simulation describe that order), and torch's stage placement is checked against 
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from typing import Any, Callable, Hashable
+from contextlib import contextmanager
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -38,15 +41,33 @@ from harness.precision import Precision
 from harness.runtime.emulate import Emulator
 from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.tracer import Tracer
-from harness.schedules.ir import Action, Kind
-from harness.schedules.registry import spec
+from harness.schedules.csv_io import write_csv
+from harness.schedules.ir import Action, Kind, Schedule
+from harness.schedules.registry import SCHEDULES, spec
 from harness.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
+
+
+@contextmanager
+def as_csv(schedule: Schedule) -> Iterator[str]:
+    """`schedule` in torch's compute_only CSV, in a file that lives while the caller reads it."""
+    with tempfile.TemporaryDirectory(prefix="harness-csv-") as d:
+        path = os.path.join(d, "schedule.csv")
+        write_csv(path, schedule)
+        yield path
+
+
+def torch_class_name(name: str) -> str | None:
+    """The registry's torch class for `name`, None if it has none or is not registered in this
+    process (a schedule registered by the caller after the workers started: the plan carries
+    its actions)."""
+    return SCHEDULES[name].torch_class if name in SCHEDULES else None
 
 
 def torch_class(name: str) -> type:
     """The torch.distributed.pipelining class of a registered schedule (ScheduleSpec.torch_class;
     zb_h1 is torch's ZB1P with one stage per rank, which is ZB-H1); KeyError if it has none
-    (csv goes through torch's own CSV loader, compat.csv_schedule)."""
+    (csv, and a schedule torch has no class for, go through torch's own CSV loader,
+    compat.csv_schedule)."""
     cls = spec(name).torch_class
     if cls is None:
         raise KeyError(f"schedule={name}: no torch class")
@@ -208,6 +229,9 @@ class PeerRunner:
         c = self.plan.config
         if c.schedule.name == "csv":
             schedule = compat.csv_schedule(stages, c.microbatches, self._loss, c.schedule.csv_path)
+        elif not torch_class_name(c.schedule.name):  # no class of torch's: the plan's actions, by its CSV loader
+            with as_csv(self.plan.schedule) as path:
+                schedule = compat.csv_schedule(stages, c.microbatches, self._loss, path)
         else:
             cls = torch_class(c.schedule.name)
             schedule = cls(stages[0] if compat.is_single_stage_schedule(cls) else stages, c.microbatches,

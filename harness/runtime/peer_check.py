@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from torch import nn
 
 from harness import compat
-from harness.runtime.peer import torch_class
+from harness.runtime.peer import as_csv, torch_class
 from harness.schedules.registry import build, spec
 from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule
@@ -30,6 +30,9 @@ def _build_all(name: str, pp: int, m: int, csv_path: str | None, schedule: Sched
         held = [_stand_in(s, stages, pp, rank) for s in sorted({a.stage for a in schedule[rank]})]
         if name == "csv":
             compat.csv_schedule(held, m, lambda out, target: out, csv_path)
+        elif spec(name).torch_class is None:  # run through torch's CSV loader, as the peer runner does
+            with as_csv(schedule) as path:
+                compat.csv_schedule(held, m, lambda out, target: out, path)
         else:
             cls = torch_class(name)
             cls(held[0] if compat.is_single_stage_schedule(cls) else held, m, loss_fn=lambda out, target: out)
@@ -38,9 +41,6 @@ def _build_all(name: str, pp: int, m: int, csv_path: str | None, schedule: Sched
 def check(c) -> str | None:
     """One line saying what torch refuses, or None."""
     name, pp, m, path = c.schedule.name, c.pp, c.microbatches, getattr(c.schedule, "csv_path", None)
-    if name != "csv" and spec(name).torch_class is None:
-        return (f"schedule={name}: executor=pytorch runs torch's own schedule classes and {name} has none "
-                "(allowed: executor=native, or its exported CSV with schedule=csv)")
     try:
         ours = read_csv(path) if name == "csv" else build(name, pp, m, c.virtual_stages)
     except Exception:  # noqa: BLE001 - the plan reports a schedule that does not build or parse
@@ -48,7 +48,7 @@ def check(c) -> str | None:
     try:
         _build_all(name, pp, m, path, ours)
     except (ValueError, AssertionError, RuntimeError, KeyError, IndexError) as e:
-        cls = "its CSV loader" if name == "csv" else torch_class(name).__name__
+        cls = "its CSV loader" if name == "csv" or spec(name).torch_class is None else torch_class(name).__name__
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         return f"schedule={name} pp={pp} microbatches={m}: executor=pytorch ({cls}) refuses it: {why}"
     return None

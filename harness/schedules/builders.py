@@ -88,6 +88,25 @@ def zb_h1(n: int, m: int) -> Schedule:
     return sched
 
 
+def zb_h2(n: int, m: int) -> Schedule:
+    """ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", arXiv 2401.10241 sec. 3.1 and its
+    Figure 3): ZB-H1 with twice the warm-up and twice the deferral. Stage s on rank s. Rank r
+    runs 2(N-1-r) forwards before its first I (ZB-H1: N-1-r), so the extra forwards fill the
+    wait for the first backward, then one F one I, W(k - 2r) right after I(k) (ZB-H1: k - r)
+    and its last 2r W's at the end, so they fill the drain. Every rank holds up to
+    min(M, 2N-1) microbatches from F to W: the paper's memory, (2p-1) M_B."""
+    sched: Schedule = {}
+    for r in range(n):
+        acts = []
+        for a in _one_f_one_b_order([Action(r, Kind.F, i) for i in range(m)],
+                                    [Action(r, Kind.I, i) for i in range(m)], min(2 * (n - r - 1), m)):
+            acts.append(a)
+            if a.kind is Kind.I and a.microbatch >= 2 * r:
+                acts.append(Action(r, Kind.W, a.microbatch - 2 * r))
+        sched[r] = acts + [Action(r, Kind.W, i) for i in range(max(m - 2 * r, 0), m)]
+    return sched
+
+
 def _idle_fill_drain(n: int, m: int, v: int, F: float, B: float, I: float, W: float) -> float:  # noqa: E741
     # fill and drain: N-1 slots of F+B, for any F, B (GPipe, Huang et al. 2019, arXiv
     # 1811.06965 sec. 2.2; 1F1B, Narayanan et al. 2021, arXiv 2104.04473 sec. 2.2.1)
@@ -113,6 +132,17 @@ def _idle_zb_h1(n: int, m: int, v: int, F: float, B: float, I: float, W: float) 
     # At F = I = W: N-1 + max(0, N-M). At F=1, I=W=1.5 (B = 3F), N=4, M=8: 4.5, not 3.
     lo, hi, k = min(F, I), max(F, I), min(m, n) - 1
     return (n - 1) * hi + (n - 1 - k) * lo + k * max(0.0, lo - W)
+
+
+def _idle_zb_h2(n: int, m: int, v: int, F: float, B: float, I: float, W: float) -> float | None:  # noqa: E741
+    # Qi et al. (arXiv 2401.10241, Table 2): (N-1)(F+I-2W). In a step that starts at a barrier
+    # (the harness's) it holds for M >= 2N-1 while 2W <= min(F, I) (checked against the
+    # simulator over N <= 8, M up to 4N+1, random F, I and W in that range); elsewhere the
+    # critical paths change (the last stage's wait of (N-1) F for its first input is a floor no
+    # order removes in such a step): the simulated ideal.
+    if m >= 2 * n - 1 and 2 * W <= min(F, I):
+        return (n - 1) * (F + I - 2 * W)
+    return None
 
 
 def _no_chunks(name: str) -> Callable[[int, int, int], str | None]:
@@ -163,3 +193,10 @@ register(ScheduleSpec(
     # N-r-1 warm-up forwards, one more, and r forwards whose W is deferred: N
     inflight=lambda n, m, rank, v: min(m, n),
     torch_class="ScheduleInterleavedZeroBubble", color="#d62728"))
+register(ScheduleSpec(
+    "zb_h2", "ZB-H2 (Qi et al., arXiv 2401.10241 sec. 3.1): ZB-H1 with twice the warm-up and W deferral, memory 2N-1",
+    lambda n, m, v: zb_h2(n, m), split_backward=True, requirements=_no_chunks("zb_h2"), idle=_idle_zb_h2,
+    theory_source="closed form: (N-1)(F+I-2W) of arXiv 2401.10241 Table 2 where M >= 2N-1 and 2W <= min(F, I); "
+                  "else the simulated ideal",
+    # 2(N-1-r) warm-up forwards, one more, and 2r forwards whose W is deferred: 2N-1
+    inflight=lambda n, m, rank, v: min(m, 2 * n - 1), color="#e377c2"))

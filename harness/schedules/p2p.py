@@ -4,9 +4,10 @@ matching rules (gloo or NCCL). Pure: no torch; the runtime implements what `lowe
 Lowering. For each action of stage s, microbatch i, in the rank's list order: an F whose
 stage s-1 lives on another rank posts the receive of (s-1 -> s, act, i) and waits for it,
 computes, then posts (never waits for) the send of (s -> s+1, act, i) when s+1 lives on
-another rank. A B or I does the same with the gradient, from s+1 and to s-1; with dp > 1,
-the last B/I of a stage in the rank's list then posts the stage's gradient all-reduce on its
-pipeline rank's data-parallel channel and waits for it (DDP). A W only computes. Neighbour
+another rank. A B or I does the same with the gradient, from s+1 and to s-1. A W only
+computes. With dp > 1, the stage's last B, I or W in the rank's list then posts the stage's
+gradient all-reduce on its pipeline rank's data-parallel channel and waits for it (DDP in a
+last B; the explicit all-reduce after a last W). Neighbour
 stages on one rank hand over locally (no message). After its last action a rank waits for
 every send it posted (drain). Global rank = replica * pp + pipeline rank; every replica runs
 the same lists and exchanges messages only inside itself.
@@ -172,22 +173,21 @@ def _lower(schedule: Schedule, transport: str, pp: int, dp: int, single_tag: boo
         F, W = Kind.F, Kind.W  # noqa: N806
         for p in range(pp):
             acts = schedule.get(p, [])
-            last_bwd = {a.stage: i for i, a in enumerate(acts) if a.kind is not F and a.kind is not W} if dp > 1 else {}
-            ar = chan_id(dp_channel(p), {r * pp + p for r in range(dp)}) if dp > 1 and last_bwd else None
+            # a stage's gradients are complete after its last B, I or W: its all-reduce goes there
+            last_grad = {a.stage: i for i, a in enumerate(acts) if a.kind is not F} if dp > 1 else {}
+            ar = chan_id(dp_channel(p), {r * pp + p for r in range(dp)}) if dp > 1 and last_grad else None
             out: list[tuple] = []
             for i, a in enumerate(acts):
-                k = a.kind
-                if k is W:
-                    continue
-                s = a.stage
-                get, put, get_key, put_key = (fwd if k is F else bwd)[s]
-                if get is not None:
-                    key = a.microbatch * 2 * stages + get_key
-                    out.append((_RECV, i, key, get[0], 0 if single_tag else key, *get[1:]))
-                if put is not None:
-                    key = a.microbatch * 2 * stages + put_key
-                    out.append((_SEND, i, key, put[0], 0 if single_tag else key, *put[1:]))
-                if ar is not None and k is not F and last_bwd[s] == i:
+                k, s = a.kind, a.stage
+                if k is not W:
+                    get, put, get_key, put_key = (fwd if k is F else bwd)[s]
+                    if get is not None:
+                        key = a.microbatch * 2 * stages + get_key
+                        out.append((_RECV, i, key, get[0], 0 if single_tag else key, *get[1:]))
+                    if put is not None:
+                        key = a.microbatch * 2 * stages + put_key
+                        out.append((_SEND, i, key, put[0], 0 if single_tag else key, *put[1:]))
+                if ar is not None and k is not F and last_grad[s] == i:
                     out.append((_ALLREDUCE, i, s, ar, None, None, sids[(base + p, ar)], None))
             out.append((_DRAIN, len(acts), None, None, None, None, None, None))
             programs.append(out)
