@@ -23,9 +23,11 @@ harness/schedules/builders.py and v_shape.py), with its source:
   gpipe, 1f1b        (N-1) / (M+N-1) for any F, B
   interleaved_1f1b   k / (VM + k), k = N-1 + (V-1) max(0, N-M), for any F, B (units of chunks)
   zb_h1              idle = (N-1) max(F, I) + (N-min(M,N)) min(F, I) + (min(M,N)-1) max(0, min(F,I) - W)
+  zb_h2              idle = (N-1)(F+I-2W) for M >= 2N-1 and 2W <= min(F, I) (the paper's Table 2)
   dualpipev          idle = max((N-1) max(F, F+I-W, 2F-B, 2F-2W), (N-1) I - F, (N-1)(2I-W) - F)
   zbv                M <= N or M >= 2N-1: a maximum of four / seven linear forms
 Simulated ideal (labelled so) where no closed form is written:
+  zb_h2              outside that range
   zbv                N < M < 2N-1 (the builder pads to 2N-1 microbatches and drops the extra
                      ones; the critical paths there change with M - N in ways we did not reduce
                      to a short formula), except at F = I = W: max(N-1, 4N-2-2M) (a fit of the
