@@ -1,0 +1,106 @@
+"""The zero-bubble schedule generator (harness/schedules/auto.py): every order it makes is valid,
+holds no rank past its memory limit, passes the NCCL rules under the safe transport, is never
+slower than ZB-H1 at 1.0 (nor ZB-H2 at 2.0) on the costs it was built for, and runs for real
+through schedule=csv like one process."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.job import run_job
+from harness.reference import reference_losses
+from harness.schedules import p2p
+from harness.schedules.auto import generate, limit_of, main
+from harness.schedules.csv_io import write_csv
+from harness.schedules.ir import replay_inflight
+from harness.schedules.registry import build
+from harness.schedules.validate import validate
+from harness.simulate import engine
+from harness.simulate.cost import CostModel
+
+
+def gpt_like(n: int, hop: float = 0.03) -> CostModel:
+    """Equal stages shaped like a GPT layer: I about F, W about F / 2, a hop of 3% of F."""
+    return CostModel((1.0,) * n, (1.5,) * n, (1.0,) * n, (0.5,) * n, fwd_hop_s=(hop,) * n, bwd_hop_s=(hop,) * n)
+
+
+def random_costs(rng: random.Random, n: int) -> CostModel:
+    f = tuple(rng.uniform(0.5, 2) for _ in range(n))
+    i = tuple(x * rng.uniform(0.5, 2) for x in f)
+    w = tuple(x * rng.uniform(0.1, 1.5) for x in f)
+    hop = tuple(rng.uniform(0, 0.3) for _ in range(n))
+    return CostModel(f, tuple(a + b for a, b in zip(i, w)), i, w, fwd_hop_s=hop, bwd_hop_s=hop)
+
+
+@pytest.mark.grid
+def test_every_order_is_valid_and_within_its_memory_limit():
+    rng = random.Random(0)
+    for n in range(1, 7):
+        for m in range(1, 3 * n + 2):
+            for memory_limit in (1 / n, 0.5, 1.0, 1.5, 2.0):
+                cost = random_costs(rng, n)
+                g = generate(n, m, cost, memory_limit)
+                validate(g.schedule, n, m)
+                assert max(replay_inflight(acts) for acts in g.schedule.values()) <= g.limit == limit_of(memory_limit, n)
+                assert g.step_s == pytest.approx(engine.step_time(engine.compile_schedule(g.schedule), cost))
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_never_slower_than_the_handcrafted_ones_on_its_costs(n):
+    for m in (n, 2 * n, 3 * n, 4 * n):
+        cost = gpt_like(n)
+
+        def step(name: str) -> float:
+            return engine.step_time(engine.compile_schedule(build(name, n, m)), cost)
+
+        assert generate(n, m, cost, 1.0).step_s <= step("zb_h1") + 1e-12
+        assert generate(n, m, cost, 2.0).step_s <= min(step("zb_h1"), step("zb_h2")) + 1e-12
+
+
+def test_twice_the_memory_reaches_the_synchronous_floor_on_gpt_like_costs():
+    """At 2.0 and M >= 4N the bubble is within 5% of the floor a step with a barrier has (the
+    last stage's (N-1) F + hops before its first input, README), below ZB-H1's."""
+    for n in (4, 8):
+        for m in (4 * n, 8 * n):
+            cost = gpt_like(n)
+            g = generate(n, m, cost, 2.0)
+            floor = (n - 1) * (1.0 + 0.03) + m * 2.5
+            assert g.step_s <= 1.05 * floor
+            assert g.step_s < engine.step_time(engine.compile_schedule(build("zb_h1", n, m)), cost)
+
+
+@pytest.mark.parametrize("n,m", [(2, 4), (4, 8), (4, 16)])
+def test_orders_pass_the_nccl_rules_with_the_safe_transport(n, m):
+    g = generate(n, m, gpt_like(n), 2.0)
+    for dp in (1, 2):
+        p2p.check(g.schedule, "safe", "nccl", n, dp)
+        p2p.check(g.schedule, "safe", "nccl", n, dp, single_tag=True)
+
+
+def test_generation_time_is_recorded_and_small():
+    g = generate(8, 64, gpt_like(8), 2.0)
+    assert 0 < g.seconds < 30 and g.candidates >= 2
+
+
+def test_cli_writes_a_csv_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+    out = tmp_path / "auto.csv"
+    assert main(["--pp", "4", "--microbatches", "8", "--memory-limit", "2", "-o", str(out)]) == 0
+    assert "zb_auto pp=4 M=8 memory_limit=2 (8 microbatches per rank)" in capsys.readouterr().out and out.exists()
+    for bad in (["--pp", "4", "--microbatches", "8", "--memory-limit", "0"], ["--pp", "0", "--microbatches", "8"]):
+        assert main(bad) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
+
+
+@pytest.mark.dist
+def test_a_generated_order_runs_like_one_process(tmp_path, config):
+    path = tmp_path / "auto.csv"
+    write_csv(path, generate(4, 8, gpt_like(4), 2.0).schedule)
+    c = config(pp=4, microbatches=8, steps=2, verify_grads=True, **{"schedule.name": "csv",
+                                                                    "schedule.csv_path": str(path)})
+    result = run_job(c, tmp_path / "run", "test", "auto")
+    assert result.status == "ok", result.error
+    assert result.metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
+    assert result.metrics.grad_check.max_rel_diff < 1e-5
