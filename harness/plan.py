@@ -23,7 +23,7 @@ from harness.result import PlanRecord
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
 from harness.schedules.csv_io import read_csv
-from harness.schedules.ir import Kind, Schedule
+from harness.schedules.ir import Schedule
 from harness.schedules.registry import build
 from harness.schedules.validate import ScheduleError
 from harness.schedules.validate import validate as validate_schedule
@@ -244,8 +244,6 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     art = load_schedule(c)
     schedule = art.schedule
     if c.schedule.name == "csv":  # its stages are known now
-        if c.dp > 1 and any(a.kind in (Kind.I, Kind.W) for acts in schedule.values() for a in acts):
-            raise ConfigError(f"dp={c.dp}: this schedule splits I and W; DDP syncs only a full backward (use dp=1)")
         check_stages(c, art.stages, model.num_layers)
     try:
         partition = make_partition(c, model, art.stages)

@@ -104,3 +104,16 @@ def test_a_generated_order_runs_like_one_process(tmp_path, config):
     assert result.status == "ok", result.error
     assert result.metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
     assert result.metrics.grad_check.max_rel_diff < 1e-5
+
+
+@pytest.mark.dist
+def test_a_generated_order_with_data_parallelism_trains_like_one_process(tmp_path, config):
+    """pp=2 x dp=2 through schedule=csv: each W-stage all-reduces after its last W."""
+    path = tmp_path / "auto.csv"
+    write_csv(path, generate(2, 4, gpt_like(2), 2.0).schedule)
+    c = config(pp=2, dp=2, microbatches=4, steps=2, verify_grads=True, **{"schedule.name": "csv",
+                                                                          "schedule.csv_path": str(path)})
+    result = run_job(c, tmp_path / "run", "test", "auto-dp")
+    assert result.status == "ok", result.error
+    assert result.metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
+    assert result.metrics.grad_check.max_rel_diff < 1e-5 and result.metrics.dp_sync_s > 0
