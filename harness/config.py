@@ -49,13 +49,22 @@ ALLREDUCE_ALGORITHMS = ("ring",)
 class ScheduleConfig:
     """Any registered schedule (harness/schedules/registry.py)."""
 
-    name: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b | zb_h1 | zbv | dualpipev | csv | any registered
+    name: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_h2 | zbv | dualpipev | zb_auto | csv | any registered
 
 
 @dataclass
 class CSVScheduleConfig(ScheduleConfig):
     name: str = "csv"
     csv_path: str | None = None  # PyTorch compute_only CSV, one row per rank
+
+
+@dataclass
+class AutoScheduleConfig(ScheduleConfig):
+    """schedule=zb_auto: a zero-bubble order generated for the run's own costs (harness/schedules/auto.py)."""
+
+    name: str = "zb_auto"
+    memory_limit: float = 1.0  # microbatches a rank may hold from F to W, in units of 1F1B's peak (N): 1.0 ZB-1p
+    costs: str = "model"  # model: the plan's priced costs (emulated costs or a profile, and its links)
 
 
 @dataclass
@@ -145,7 +154,7 @@ class AdamWConfig(OptimizerConfig):
 
 # group -> option -> its dataclass: what Hydra registers (harness/compose.py) and set_keys switches
 OPTIONS: dict[str, dict[str, type]] = {
-    "schedule": {"csv": CSVScheduleConfig},
+    "schedule": {"csv": CSVScheduleConfig, "zb_auto": AutoScheduleConfig},
     "model": {"mlp": MLPConfig, "gpt": GPTConfig, "hf": HFConfig, "custom": CustomConfig},
     "partition": {"explicit": ExplicitPartitionConfig},
     "optimizer": {"sgd": SGDConfig, "adamw": AdamWConfig},
@@ -460,6 +469,12 @@ def check_values(c: Config) -> None:
             raise ConfigError(f"model.heads={c.model.heads}: must divide model.hidden={c.model.hidden}")
     _check_numbers(c)
     _check_optimizer(c)
+    if isinstance(c.schedule, AutoScheduleConfig):
+        m = c.schedule.memory_limit
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 1 / c.pp:
+            raise ConfigError(f"schedule.memory_limit={m!r}: in units of 1F1B's peak, pp={c.pp} microbatches "
+                              f"(allowed: a number >= 1/pp = {1 / c.pp:.3g}, one microbatch per rank)")
+        one_of("schedule.costs", c.schedule.costs, ("model",))
     if c.zero not in (0, 1):
         raise ConfigError(f"zero={c.zero}: unknown (allowed: 0, 1)")
     if c.zero == 1 and c.dp == 1:

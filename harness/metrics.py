@@ -127,7 +127,7 @@ def bubble_theory(plan: Plan, costs: dict[str, list[float]]) -> tuple[theory.The
     bwd_over_fwd, share = theory_costs(plan, costs)
     used = {"bwd_over_fwd": bwd_over_fwd, "weight_grad_share": share}
     try:
-        if c.schedule.name == "csv":
+        if c.schedule.name in ("csv", "zb_auto"):  # schedules as data: a built-in's theory, or the simulated ideal
             return theory.bubble_of_schedule(plan.schedule, c.microbatches, bwd_over_fwd, share, plan.compiled), used
         return theory.bubble(c.schedule.name, c.pp, c.microbatches, c.virtual_stages, bwd_over_fwd, share,
                              plan.compiled), used

@@ -22,6 +22,7 @@ from harness.model.profile_data import ProfileError, load_profile
 from harness.result import PlanRecord
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
+from harness.schedules.auto import generate
 from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule
 from harness.schedules.registry import build
@@ -241,15 +242,20 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         c = replace(c, microbatch_size=planned_microbatch_size(c))
     executor = EXECUTORS[c.executor]
     device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
-    art = load_schedule(c)
-    schedule = art.schedule
-    if c.schedule.name == "csv":  # its stages are known now
-        check_stages(c, art.stages, model.num_layers)
+    generated = c.schedule.name == "zb_auto"  # one stage per rank, its order made for the costs below
+    art = None if generated else load_schedule(c)
+    stages = c.pp if art is None else art.stages
+    if c.schedule.name in ("csv", "zb_auto"):  # their stages are known now
+        check_stages(c, stages, model.num_layers)
     try:
-        partition = make_partition(c, model, art.stages)
+        partition = make_partition(c, model, stages)
         cost, notes = emulated_costs(c, partition.bounds, model)
     except ProfileError as e:
         raise ConfigError(str(e)) from None
+    if art is None:
+        art, note = generated_artifacts(c, partition, cost, model)
+        notes.append(note)
+    schedule = art.schedule
     # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
     # exchange through host memory over gloo
     backend = "nccl" if device == "cuda" and cuda_devices >= c.pp * c.dp else "gloo"
@@ -279,6 +285,24 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         plan = replace(plan, config=replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1)),
                        derived=plan.derived)
     return plan
+
+
+def generated_artifacts(c: Config, partition: Partition, cost: CostModel, model: BuiltModel
+                        ) -> tuple[ScheduleArtifacts, str]:
+    """schedule=zb_auto: the order generated for this plan's priced costs (its compute, links,
+    syncs, overheads: what executor=sim runs on), validated; and a note of how it was made."""
+    stage_params = [sum(model.layer_params[a:b]) for a, b in partition.bounds]
+    nbytes = DTYPE_BYTES[c.dtype] * model.activation_numel(c.microbatch_size)
+    priced = price(c, cost, tuple(range(c.pp)), stage_params, nbytes)
+    try:
+        g = generate(c.pp, c.microbatches, priced, c.schedule.memory_limit)
+        art = artifacts_of(g.schedule, c.microbatches)
+    except (ValueError, ScheduleError) as e:
+        raise ConfigError(f"schedule=zb_auto: {str(e).splitlines()[0]}") from None
+    how = g.knobs if isinstance(g.knobs, str) else ", ".join(f"{k}={v}" for k, v in vars(g.knobs).items())
+    return art, (f"schedule=zb_auto: memory_limit={c.schedule.memory_limit:g} ({g.limit} microbatches per rank): "
+                 f"the fastest of {g.candidates} candidates ({how}) on the plan's priced costs, step {g.step_s:.4g} s; "
+                 f"generated in {g.seconds:.3f} s")
 
 
 def host_cores() -> int:

@@ -117,3 +117,32 @@ def test_a_generated_order_with_data_parallelism_trains_like_one_process(tmp_pat
     assert result.status == "ok", result.error
     assert result.metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
     assert result.metrics.grad_check.max_rel_diff < 1e-5 and result.metrics.dp_sync_s > 0
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("executor", ["native", "pytorch"])
+def test_schedule_zb_auto_is_generated_for_the_plans_costs_and_trains_like_one_process(tmp_path, config, executor):
+    """schedule=zb_auto: generated in planning on the plan's priced costs (its note says how and
+    how long), run by the native runner and by torch's CSV loader, losses as one process's."""
+    c = config(pp=4, microbatches=8, steps=2, executor=executor, verify_grads=executor == "pytorch",
+               **{"schedule.name": "zb_auto", "schedule.memory_limit": 2.0})
+    result = run_job(c, tmp_path, "test", executor)
+    assert result.status == "ok", result.error
+    assert result.metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5)
+    note = next(n for n in result.plan.notes if n.startswith("schedule=zb_auto"))
+    assert "8 microbatches per rank" in note and "generated in" in note
+    assert max(replay_inflight(acts) for acts in result.plan.schedule_actions().values()) <= 8
+
+
+@pytest.mark.parametrize("overrides,said", [
+    ({"schedule.memory_limit": 0.1}, "schedule.memory_limit=0.1: in units of 1F1B's peak, pp=4 microbatches"),
+    ({"schedule.costs": "measured"}, "schedule.costs=measured: unknown (allowed: model)"),
+    ({"virtual_stages": 2}, "virtual_stages=2: zb_auto has one stage per rank (allowed: 1)"),
+])
+def test_zb_auto_bad_input_is_one_line(config, overrides, said):
+    from harness.config import ConfigError
+    from harness.plan import make_plan
+
+    with pytest.raises(ConfigError) as e:
+        make_plan(config(pp=4, microbatches=8, **{"schedule.name": "zb_auto"}, **overrides))
+    assert said in str(e.value) and "\n" not in str(e.value)

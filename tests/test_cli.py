@@ -76,7 +76,7 @@ BAD = [
     (["cluster.nodes=2"], "cluster.nodes=2: no cluster to set it on (choose one first: cluster=<preset>"),
     (["cluster=h200_node", "cluster.nodes=0"], "cluster.nodes=0: must be an integer >= 1"),
     (["wandb=3"], "wandb=3: is a group of keys, not a value (set one of them: mode, project, entity)"),
-    (["schedule=nope"], "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, gpipe, interleaved_1f1b, zb_h1, zb_h2, zbv)"),
+    (["schedule=nope"], "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, gpipe, interleaved_1f1b, zb_auto, zb_h1, zb_h2, zbv)"),
     (["experiment=nope"], "experiment=nope: unknown (allowed: balance, bubble,"),
     (["+scenario=nope"], "+scenario=nope: unknown (allowed: cpu_real, h200_emulated)"),
     (["hydra/launcher=nope"], "hydra/launcher=nope: unknown (allowed: basic, slurm,"),

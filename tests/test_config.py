@@ -18,7 +18,7 @@ from harness.config import ConfigError
     ({"model.hidden": -1}, "model.hidden=-1: must be an integer >= 1"),
     ({"pp": 9}, "pp=9: 9 stages, more than the model's 8 layers"),
     ({"model.name": "gpt", "model.heads": 3}, "model.heads=3: must divide model.hidden=32"),
-    ({"schedule.name": "bogus"}, "schedule=bogus: unknown (allowed: gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv"),
+    ({"schedule.name": "bogus"}, "schedule=bogus: unknown (allowed: gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zbv, dualpipev, zb_auto"),
     ({"schedule.name": "interleaved_1f1b", "virtual_stages": 2, "microbatches": 9},
      "microbatches=9: interleaved_1f1b needs M < pp=4 or a multiple"),
     ({"schedule.name": "1f1b", "virtual_stages": 2}, "virtual_stages=2: 1f1b has no chunks (allowed: 1)"),

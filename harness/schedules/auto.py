@@ -31,9 +31,11 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from harness.schedules.builders import zb_h1, zb_h2
 from harness.schedules.ir import Action, Kind, Schedule, replay_inflight
+from harness.schedules.registry import ScheduleSpec, register
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 
@@ -174,6 +176,17 @@ def generate(n: int, m: int, cost: CostModel, memory_limit: float = 1.0) -> Gene
             best = (step, sched, how)
     assert best is not None
     return Generated(best[1], best[2], best[0], len(seen), time.perf_counter() - t0, limit)
+
+
+def _check(c: Any) -> str | None:
+    if c.virtual_stages != 1:
+        return f"virtual_stages={c.virtual_stages}: zb_auto has one stage per rank (allowed: 1)"
+    return None
+
+
+register(ScheduleSpec(
+    "zb_auto", "zero-bubble order generated for the run's costs and schedule.memory_limit (arXiv 2401.10241 sec. 3)",
+    None, split_backward=True, check=_check, color="#17becf"))
 
 
 def main(argv: list[str] | None = None) -> int:
