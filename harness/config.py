@@ -64,7 +64,7 @@ class AutoScheduleConfig(ScheduleConfig):
 
     name: str = "zb_auto"
     memory_limit: float = 1.0  # microbatches a rank may hold from F to W, in units of 1F1B's peak (N): 1.0 ZB-1p
-    costs: str = "model"  # model: the plan's priced costs (emulated costs or a profile, and its links)
+    costs: str = "model"  # model: the plan's priced costs (emulated or a profile, and its links) | a run dir: its measured
 
 
 @dataclass
@@ -474,7 +474,9 @@ def check_values(c: Config) -> None:
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 1 / c.pp:
             raise ConfigError(f"schedule.memory_limit={m!r}: in units of 1F1B's peak, pp={c.pp} microbatches "
                               f"(allowed: a number >= 1/pp = {1 / c.pp:.3g}, one microbatch per rank)")
-        one_of("schedule.costs", c.schedule.costs, ("model",))
+        if c.schedule.costs != "model" and not os.path.isfile(os.path.join(c.schedule.costs, "result.json")):
+            raise ConfigError(f"schedule.costs={c.schedule.costs}: no result.json there (allowed: model, or a "
+                              "prior run's directory: its measured per-stage F, I, W and hop)")
     if c.zero not in (0, 1):
         raise ConfigError(f"zero={c.zero}: unknown (allowed: 0, 1)")
     if c.zero == 1 and c.dp == 1:

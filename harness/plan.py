@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
 
 from harness.checks import check_stages, ranks_on_host, validate
@@ -19,7 +20,8 @@ from harness.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, 
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
-from harness.result import PlanRecord
+from harness.result import PlanRecord, RecordError
+from harness.result import read as read_result
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
 from harness.schedules.auto import generate
@@ -294,15 +296,43 @@ def generated_artifacts(c: Config, partition: Partition, cost: CostModel, model:
     stage_params = [sum(model.layer_params[a:b]) for a, b in partition.bounds]
     nbytes = DTYPE_BYTES[c.dtype] * model.activation_numel(c.microbatch_size)
     priced = price(c, cost, tuple(range(c.pp)), stage_params, nbytes)
+    if c.schedule.costs != "model":
+        priced = measured_costs(c.schedule.costs, c.pp, priced)
     try:
         g = generate(c.pp, c.microbatches, priced, c.schedule.memory_limit)
         art = artifacts_of(g.schedule, c.microbatches)
     except (ValueError, ScheduleError) as e:
         raise ConfigError(f"schedule=zb_auto: {str(e).splitlines()[0]}") from None
     how = g.knobs if isinstance(g.knobs, str) else ", ".join(f"{k}={v}" for k, v in vars(g.knobs).items())
+    on = "the plan's priced costs" if c.schedule.costs == "model" else f"{c.schedule.costs}'s measured costs"
     return art, (f"schedule=zb_auto: memory_limit={c.schedule.memory_limit:g} ({g.limit} microbatches per rank): "
-                 f"the fastest of {g.candidates} candidates ({how}) on the plan's priced costs, step {g.step_s:.4g} s; "
+                 f"the fastest of {g.candidates} candidates ({how}) on {on}, step {g.step_s:.4g} s; "
                  f"generated in {g.seconds:.3f} s")
+
+
+def measured_costs(run_dir: str, pp: int, priced: CostModel) -> CostModel:
+    """`priced` with a prior run's measured per-stage F, I and W (a run without a split backward:
+    its B split as `priced` splits it) and its measured hop each way; ConfigError (one line)
+    for a record that has none or another number of stages."""
+    where = f"schedule.costs={run_dir}"
+    try:
+        m = read_result(Path(run_dir) / "result.json").metrics
+    except (OSError, RecordError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if m is None or "F" not in m.mean_op_s or len(m.mean_op_s["F"]) != pp:
+        got = "no measured costs" if m is None or "F" not in m.mean_op_s else f"{len(m.mean_op_s['F'])} stages"
+        raise ConfigError(f"{where}: {got} (allowed: a run with one stage per rank at pp={pp})")
+    op = m.mean_op_s
+    f = tuple(op["F"])
+    if "I" in op and "W" in op:
+        i, w = tuple(op["I"]), tuple(op["W"])
+    else:
+        share = [pw / (pi + pw) if pi + pw > 0 else 0.5 for pi, pw in zip(priced.igrad, priced.wgrad)]
+        i = tuple(b * (1 - x) for b, x in zip(op["B"], share))
+        w = tuple(b * x for b, x in zip(op["B"], share))
+    hop = (m.p2p_hop_s,) * pp if m.p2p_hop_s is not None else None
+    return replace(priced, fwd_s=f, bwd_s=tuple(a + b for a, b in zip(i, w)), input_grad_s=i, weight_grad_s=w,
+                   fwd_hop_s=hop or priced.fwd_hop_s, bwd_hop_s=hop or priced.bwd_hop_s)
 
 
 def host_cores() -> int:

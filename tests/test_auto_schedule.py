@@ -136,7 +136,7 @@ def test_schedule_zb_auto_is_generated_for_the_plans_costs_and_trains_like_one_p
 
 @pytest.mark.parametrize("overrides,said", [
     ({"schedule.memory_limit": 0.1}, "schedule.memory_limit=0.1: in units of 1F1B's peak, pp=4 microbatches"),
-    ({"schedule.costs": "measured"}, "schedule.costs=measured: unknown (allowed: model)"),
+    ({"schedule.costs": "measured"}, "schedule.costs=measured: no result.json there (allowed: model, or a prior run"),
     ({"virtual_stages": 2}, "virtual_stages=2: zb_auto has one stage per rank (allowed: 1)"),
 ])
 def test_zb_auto_bad_input_is_one_line(config, overrides, said):
@@ -146,3 +146,20 @@ def test_zb_auto_bad_input_is_one_line(config, overrides, said):
     with pytest.raises(ConfigError) as e:
         make_plan(config(pp=4, microbatches=8, **{"schedule.name": "zb_auto"}, **overrides))
     assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_zb_auto_takes_a_prior_runs_measured_costs(tmp_path, config):
+    """schedule.costs=<run dir>: the prior run's per-stage F, I, W (3 ms a layer here) and
+    hop are what the generator times its candidates on."""
+    from harness.plan import make_plan
+
+    prior = config(pp=4, microbatches=8, executor="sim", steps=1, **{"schedule.name": "zb_h1"})
+    prior.cost.fwd_ms_per_layer = 3.0
+    assert run_job(prior, tmp_path / "prior", "t", "p").status == "ok"
+    plan = make_plan(config(pp=4, microbatches=8, executor="sim", **{"schedule.name": "zb_auto",
+                                                                     "schedule.costs": str(tmp_path / "prior"),
+                                                                     "schedule.memory_limit": 2.0}))
+    note = next(n for n in plan.notes if n.startswith("schedule=zb_auto"))
+    assert f"on {tmp_path / 'prior'}'s measured costs" in note
+    with pytest.raises(Exception, match="no result.json there"):
+        make_plan(config(pp=4, microbatches=8, **{"schedule.name": "zb_auto", "schedule.costs": str(tmp_path)}))

@@ -73,9 +73,10 @@ class GradSync:
         t0 = self.tracer.mark()
         grads = [p.grad for p in params if p.grad is not None]
         world = dist.get_world_size(self.group)
-        flat = [_flatten_dense_tensors(b) for b in buckets(grads)]
+        groups = buckets(grads)
+        flat = [_flatten_dense_tensors(b) for b in groups]
         works = [dist.all_reduce(f, group=self.group, async_op=True) for f in flat]
-        for work, f, b in zip(works, flat, buckets(grads)):
+        for work, f, b in zip(works, flat, groups):
             work.wait()
             f.div_(world)
             for g, reduced in zip(b, _unflatten_dense_tensors(f, b)):
