@@ -94,6 +94,7 @@ def test_cli_writes_a_csv_and_refuses_bad_input_in_one_line(tmp_path, capsys):
         assert err.startswith("error: ") and err.count("\n") == 1
 
 
+@pytest.mark.slow  # make test runs the same order through schedule=zb_auto below
 @pytest.mark.dist
 def test_a_generated_order_runs_like_one_process(tmp_path, config):
     path = tmp_path / "auto.csv"

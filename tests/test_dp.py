@@ -40,7 +40,8 @@ def test_losses_equal_single_process_global_batch(tmp_path, config, pp, dp):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("schedule", ["interleaved_1f1b", "zb_h1", "zbv", "dualpipev"])
+@pytest.mark.parametrize("schedule", [pytest.param("interleaved_1f1b", marks=pytest.mark.slow), "zb_h1", "zbv",
+                                      "dualpipev"])
 def test_every_schedule_with_dp_trains_like_one_process(tmp_path, config, schedule):
     """pp=2 x dp=2: the zero-bubble and V schedules too (their weight gradients come in W's,
     after the backward: each stage all-reduces once its last W is done). Losses and gradients

@@ -31,7 +31,7 @@ def test_schedule_matches_single_process_reference(tmp_path, config, schedule, p
 
 
 FIFO_CASES = [(s, pp) for s in ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev") for pp in (2, 4)] + [
-    ("zb_h2", 4)]
+    pytest.param("zb_h2", 4, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("schedule,pp", FIFO_CASES)
