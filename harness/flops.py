@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from harness.devices import Device, lookup
 from harness.model.profile_data import load_profile
 from harness.plan import Plan
+from harness.result import Flops
 
 
 @dataclass(frozen=True)
@@ -60,21 +61,15 @@ def device_of(plan: Plan, device_name: str | None) -> tuple[Device | None, str |
     return dev, None
 
 
-@dataclass(frozen=True)
-class Utilization:
-    tflops_per_device: float  # model FLOPs
-    hardware_tflops_per_device: float
-    peak_tflops_per_device: float | None
-    mfu: float | None
-    hfu: float | None
-    device: str | None  # the table's name for it
-    note: str | None  # why MFU is n/a
-
-
-def utilization(flops: StepFlops, step_s: float, devices: int, device: Device | None, dtype: str,
-                note: str | None = None) -> Utilization:
-    model, hardware = flops.model / step_s / devices, flops.hardware / step_s / devices
-    peak = device.peak_flops(dtype) if device is not None else None
-    return Utilization(model / 1e12, hardware / 1e12, None if peak is None else peak / 1e12,
-                       None if peak is None else model / peak, None if peak is None else hardware / peak,
-                       None if device is None else device.name, note)
+def flops_of(plan: Plan, step_s: float, device_name: str | None = None) -> Flops:
+    """The plan's FLOPs at `step_s` a step, per device over its pp x dp, against the device that
+    ran it (`device_name`, torch's; executor=sim: the cluster's gpu)."""
+    f = step_flops(plan)
+    device, why = device_of(plan, device_name)
+    devices = plan.world
+    model, hardware = f.model / step_s / devices, f.hardware / step_s / devices
+    peak = device.peak_flops(plan.config.dtype) if device is not None else None
+    return Flops(model_per_step=f.model, hardware_per_step=f.hardware, tflops_per_device=model / 1e12,
+                 hardware_tflops_per_device=hardware / 1e12, peak_tflops_per_device=None if peak is None else peak / 1e12,
+                 mfu=None if peak is None else model / peak, hfu=None if peak is None else hardware / peak,
+                 device=None if device is None else device.name, source=f.source, note=why)

@@ -14,10 +14,11 @@ import torch
 
 from harness import theory
 from harness.execution import Execution
-from harness.flops import device_of, step_flops, utilization
+from harness.flops import flops_of
 from harness.plan import Plan
-from harness.result import Attribution, Bubble, Budget, Flops, GradCheck, Memory, Metrics
+from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
 from harness.schedules.ir import Kind
+from harness.schedules.registry import spec
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 from harness.simulate.pricing import dp_sync_theory_s
@@ -127,7 +128,7 @@ def bubble_theory(plan: Plan, costs: dict[str, list[float]]) -> tuple[theory.The
     bwd_over_fwd, share = theory_costs(plan, costs)
     used = {"bwd_over_fwd": bwd_over_fwd, "weight_grad_share": share}
     try:
-        if c.schedule.name in ("csv", "zb_auto"):  # schedules as data: a built-in's theory, or the simulated ideal
+        if spec(c.schedule.name).build is None:  # a schedule as data: a built-in's theory, or the simulated ideal
             return theory.bubble_of_schedule(plan.schedule, c.microbatches, bwd_over_fwd, share, plan.compiled), used
         return theory.bubble(c.schedule.name, c.pp, c.microbatches, c.virtual_stages, bwd_over_fwd, share,
                              plan.compiled), used
@@ -222,16 +223,6 @@ def _inflight(plan: Plan, rank: int) -> int:
     return max(sum(h) for h in plan.replays[rank].helds)
 
 
-def flops_record(plan: Plan, step_s: float, device_name: str | None) -> Flops:
-    f = step_flops(plan)
-    device, why = device_of(plan, device_name)
-    u = utilization(f, step_s, plan.world, device, plan.config.dtype, why)
-    return Flops(model_per_step=f.model, hardware_per_step=f.hardware, tflops_per_device=u.tflops_per_device,
-                 hardware_tflops_per_device=u.hardware_tflops_per_device,
-                 peak_tflops_per_device=u.peak_tflops_per_device, mfu=u.mfu, hfu=u.hfu, device=u.device,
-                 source=f.source, note=u.note)
-
-
 def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:
     c = plan.config
     trace = run.trace
@@ -271,7 +262,7 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
         step_times_s=times,
         step_time_iqr_s=quartiles(times),
         model_step_s=plan.modeled_step_s(),
-        flops=flops_record(plan, st, device_name),
+        flops=flops_of(plan, st, device_name),
         throughput_samples_s=samples / st,
         # token models: tokens per second too (samples x seq), the figure LM people compare
         throughput_tokens_s=samples * seq / st if seq else None,

@@ -27,7 +27,7 @@ from harness.schedules import p2p
 from harness.schedules.auto import generate
 from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule
-from harness.schedules.registry import build
+from harness.schedules.registry import build, spec
 from harness.schedules.validate import ScheduleError
 from harness.schedules.validate import validate as validate_schedule
 from harness.simulate import engine
@@ -247,7 +247,7 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     generated = c.schedule.name == "zb_auto"  # one stage per rank, its order made for the costs below
     art = None if generated else load_schedule(c)
     stages = c.pp if art is None else art.stages
-    if c.schedule.name in ("csv", "zb_auto"):  # their stages are known now
+    if spec(c.schedule.name).build is None:  # a schedule as data (csv, zb_auto): its stages are known now
         check_stages(c, stages, model.num_layers)
     try:
         partition = make_partition(c, model, stages)

@@ -69,7 +69,7 @@ def _progress():
 
 
 def _utilization(x: Prediction) -> str:
-    u = x.utilization
+    u = x.flops
     if u is None:
         return ""
     return f"{u.tflops_per_device:.4g} TFLOP/s per GPU" + (f" (MFU {u.mfu:.1%})" if u.mfu is not None else "") + ", "

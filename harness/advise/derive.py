@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from harness.compute_model import DIRECTIONS, Dims, fit, leave_one_out, work
-from harness.config import model_config
+from harness.config import DTYPE_BYTES, model_config
 from harness.devices import lookup
 from harness.precision import DTYPES
 
@@ -45,7 +45,7 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     device = lookup(measured["device"])
     if device is None:
         raise ValueError(f"{source}: device {measured['device']!r} is not in harness/devices.py")
-    nbytes = torch.finfo(DTYPES[DTYPE]).bits // 8
+    nbytes = DTYPE_BYTES[DTYPE]
     shown = str(source.relative_to(ROOT)) if source.is_relative_to(ROOT) else str(source)
     cm = fit(measured, device, DTYPE, nbytes, shown, sustained=sustained)
     cfg = model_config(**(model or LLAMA_70B))

@@ -26,10 +26,11 @@ from typing import Callable
 
 from harness.checks import validate
 from harness.config import PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
-from harness.flops import Utilization, device_of, step_flops, utilization
+from harness.flops import flops_of
 from harness.memory_theory import Layout, RankBytes, fullest
 from harness.model.built import BuiltModel
 from harness.plan import Plan, host_cores, make_plan
+from harness.result import Flops
 from harness.schedules.registry import SCHEDULES, built_in, chunks_per_rank
 from harness.simulate import engine, links
 
@@ -99,7 +100,7 @@ class Prediction:
     cross_node_boundaries: int  # stage boundaries whose messages cross nodes (worst replica)
     layers_per_stage: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()  # what its plan says the user should know (the profile's expansion...)
-    utilization: Utilization | None = None  # TFLOP/s per GPU, MFU, HFU at the predicted step
+    flops: Flops | None = None  # TFLOP/s per GPU, MFU, HFU at the predicted step
     rank: int | None = None
     pareto: bool = False
 
@@ -111,7 +112,7 @@ class Prediction:
              "pipeline_s": self.pipeline_s, "allreduce_s": self.allreduce_s, "optimizer_s": self.optimizer_s,
              "bubble": self.bubble, "cross_node_boundaries": self.cross_node_boundaries,
              "layers_per_stage": list(self.layers_per_stage)}
-        u = self.utilization
+        u = self.flops
         if u is not None:
             d |= {"tflops_per_device": u.tflops_per_device, "mfu": u.mfu, "hfu": u.hfu}
         if tokens_per_sample:
@@ -136,12 +137,11 @@ def _prediction(plan: Plan) -> Prediction:
     mem, where = fullest(plan.memory(), c, Layout(plan.stage_layers, plan.replays))
     usable = c.cluster.usable_bytes if c.cluster is not None else math.inf
     samples = c.dp * c.microbatches * c.microbatch_size
-    device, why = device_of(plan, None)
     return Prediction(Point.of(c), step, samples / step, mem, where, mem.peak <= usable,
                       max(engine.rank_ends(plan.compiled, cost, end)), max(cost.sync_s, default=0.0),
                       max(cost.optimizer_s, default=0.0), engine.bubble(plan.compiled, cost, end),
                       _crossings(plan), tuple(b - a for a, b in plan.stage_layers), plan.notes,
-                      utilization(step_flops(plan), step, plan.world, device, c.dtype, why))
+                      flops_of(plan, step))
 
 
 def _crossings(plan: Plan) -> int:

@@ -227,9 +227,7 @@ class PeerRunner:
     def _schedule(self, stages: list[PipelineStage]) -> Any:
         """torch's schedule for the plan; refuses, in one line, one whose placement differs."""
         c = self.plan.config
-        if c.schedule.name == "csv":
-            schedule = compat.csv_schedule(stages, c.microbatches, self._loss, c.schedule.csv_path)
-        elif not torch_class_name(c.schedule.name):  # no class of torch's: the plan's actions, by its CSV loader
+        if not torch_class_name(c.schedule.name):  # csv, zb_h2, zb_auto...: the plan's actions, by torch's CSV loader
             with as_csv(self.plan.schedule) as path:
                 schedule = compat.csv_schedule(stages, c.microbatches, self._loss, path)
         else:

@@ -23,19 +23,19 @@ def _stand_in(stage: int, stages: int, pp: int, rank: int) -> SimpleNamespace:
                            is_last=stage == stages - 1, submod=nn.Identity(), has_backward=True, scale_grads=True)
 
 
-def _build_all(name: str, pp: int, m: int, csv_path: str | None, schedule: Schedule) -> None:
+def _build_all(name: str, pp: int, m: int, schedule: Schedule) -> None:
     """torch's schedule object for every rank, on stand-in stages; raises what torch raises."""
     stages = 1 + max(a.stage for acts in schedule.values() for a in acts)
-    for rank in range(pp):
-        held = [_stand_in(s, stages, pp, rank) for s in sorted({a.stage for a in schedule[rank]})]
-        if name == "csv":
-            compat.csv_schedule(held, m, lambda out, target: out, csv_path)
-        elif spec(name).torch_class is None:  # run through torch's CSV loader, as the peer runner does
-            with as_csv(schedule) as path:
-                compat.csv_schedule(held, m, lambda out, target: out, path)
-        else:
-            cls = torch_class(name)
-            cls(held[0] if compat.is_single_stage_schedule(cls) else held, m, loss_fn=lambda out, target: out)
+    held = {rank: [_stand_in(s, stages, pp, rank) for s in sorted({a.stage for a in schedule[rank]})]
+            for rank in range(pp)}
+    if spec(name).torch_class is None:  # csv and the rest: torch's CSV loader, as the peer runner does
+        with as_csv(schedule) as path:
+            for mine in held.values():
+                compat.csv_schedule(mine, m, lambda out, target: out, path)
+        return
+    cls = torch_class(name)
+    for mine in held.values():
+        cls(mine[0] if compat.is_single_stage_schedule(cls) else mine, m, loss_fn=lambda out, target: out)
 
 
 def check(c) -> str | None:
@@ -46,9 +46,9 @@ def check(c) -> str | None:
     except Exception:  # noqa: BLE001 - the plan reports a schedule that does not build or parse
         return None
     try:
-        _build_all(name, pp, m, path, ours)
+        _build_all(name, pp, m, ours)
     except (ValueError, AssertionError, RuntimeError, KeyError, IndexError) as e:
-        cls = "its CSV loader" if name == "csv" or spec(name).torch_class is None else torch_class(name).__name__
+        cls = "its CSV loader" if spec(name).torch_class is None else torch_class(name).__name__
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         return f"schedule={name} pp={pp} microbatches={m}: executor=pytorch ({cls}) refuses it: {why}"
     return None
