@@ -104,6 +104,7 @@ class HFConfig(GPTConfig):
     arch: str = "llama"  # gpt2 | llama | mistral | qwen2
     kv_heads: int | None = None  # key/value heads (grouped-query attention, heads % kv_heads == 0); null: heads
     ffn: int | None = None  # feed-forward width (intermediate size); null: 4 x hidden
+    attention: str = "sdpa"  # sdpa (fused: keeps no T x T scores) | eager (keeps them, as Megatron without flash attention)
 
 
 @dataclass

@@ -65,7 +65,8 @@ def gantt_title(plan: Plan, metrics: Metrics, step: int) -> str:
     theory = "n/a" if b.theory is None else f"{b.theory:.3f}"
     return (f"{c.schedule.name}  pp={c.pp}  dp={c.dp}  M={c.microbatches}  B={c.microbatch_size}  "
             f"compute={c.compute}  executor={c.executor}{where}  partition={c.partition.name}  step {step}\n"
-            f"bubble measured {b.measured:.3f}   theory {theory}   simulated {b.simulated:.3f}")
+            f"bubble measured {b.measured:.3f}   theory {theory}   simulated {b.simulated:.3f}"
+            + ("" if b.steady_measured is None else f"   with steps overlapped {b.steady_measured:.3f}"))
 
 
 def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, group: str, name: str) -> None:

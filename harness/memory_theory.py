@@ -17,7 +17,9 @@ Sources, per component (bytes per parameter in brackets):
   autograd saves, its kept input and output, counted the way the runtime's meter counts them:
   each storage once, parameters excluded; with checkpointing, what the checkpoint keeps:
   segment inputs and the output) x the rank's in-flight counts, replayed from its actions
-  (M for GPipe, N - rank for 1F1B);
+  (M for GPipe, N - rank for 1F1B); where the backward is split (zero-bubble schedules), a
+  microbatch between its I and its W holds only what its deferred W keeps (each split
+  linear's input and output gradient, traced by running the layer's F and I);
 - peak: parameters + optimizer state + the largest sum, over the rank's actions in order, of
   activations held and gradients live (they appear at the stage's first backward), plus with
   checkpointing one segment's recompute during a backward.
@@ -66,8 +68,9 @@ class RankBytes:
 
 @dataclass(frozen=True)
 class StageActivations:
-    kept: int  # bytes one (stage, microbatch) holds from its F to its backward
+    kept: int  # bytes one (stage, microbatch) holds from its F to its backward (to its I when split)
     recompute: int  # checkpointing: the largest segment's saved bytes, live during its backward
+    deferred: int = 0  # split backward: what its deferred W keeps from its I to its W
 
 
 # -- tracing ----------------------------------------------------------------------------------------
@@ -156,6 +159,43 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
     return sum(held.values())
 
 
+def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str) -> int:
+    """Bytes layer i's deferred weight gradient keeps from its I to its W, for one microbatch:
+    what the runtime's store holds (harness/model/split_linear.py: each split linear's input
+    and output gradient, each storage once), traced by running the layer's F and I as the
+    runtime does, with real tensors where _trace would use them, else fakes."""
+    from harness.model.split_linear import WeightGradStore, attach_store, to_split_linear
+
+    model = built.model
+    first, last = i == 0, i == built.num_layers - 1
+    shape, in_dtype = model.input_shape(i, b)
+    fake = (device != "cpu" or (built.layer_params[i] if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1)
+            > REAL_TRACE_MAX_PARAMS or math.prod(shape) > REAL_TRACE_MAX_INPUT)
+    default = torch.get_default_dtype()
+    with compat.fake_tensors() if fake else contextlib.nullcontext():
+        torch.set_default_dtype(DTYPES[dtype])
+        try:
+            layers = model.build_layers(i, i + 1, 0)
+        finally:
+            torch.set_default_dtype(default)
+        to_split_linear(layers)
+        store = WeightGradStore()
+        attach_store(layers, store)
+        params = {compat.storage_id(p) for p in layers.parameters()}
+        x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
+             else torch.zeros(shape, dtype=DTYPES[dtype], requires_grad=not first))
+        with store.defer("mb"):
+            y = layers(x)
+            if last:
+                y = model.loss(y.float(), model.batch(0, 0, b)[1])
+            if not y.requires_grad:  # nothing here has a gradient (no parameters, no input gradient)
+                return 0
+            torch.autograd.backward(y, grad_tensors=None if last else torch.ones_like(y))
+        held = {compat.storage_id(t): t.untyped_storage().nbytes() for t in store.holding("mb")
+                if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params}
+    return sum(held.values())
+
+
 # -- a stage's bytes, composed per layer ------------------------------------------------------------
 class LayerMemory:
     """The model's per-layer bytes in one dtype on one device: parameter tensors (BuiltModel's,
@@ -173,6 +213,7 @@ class LayerMemory:
         self._singletons = [(i, i + 1) for i in range(self.L)]
         self._layers: dict[tuple, StageActivations] = {}  # (signature, B, checkpointed) -> traced bytes
         self._pairs: dict[tuple, int] = {}  # (signature of i - 1, of i, B) -> shared bytes
+        self._deferred: dict[tuple, int] = {}  # (signature, B) -> what its deferred W keeps
 
     def signature(self, i: int) -> tuple:
         """What a layer's bytes depend on: its kind, structure and sizes, and whether it is the
@@ -222,9 +263,26 @@ class LayerMemory:
         held = (self.layer(i, b, True).recompute if recompute else self.layer(i, b).kept for i in range(a, e))
         return sum(held) - sum(self.shared(i, b) for i in range(a + 1, e))
 
-    def stage(self, a: int, e: int, b: int, checkpointing: bool, every: int = 0) -> StageActivations:
-        """What one microbatch through layers [a, e) holds from its F to its backward, and its
-        recompute with checkpointing (segments of `every` layers; 0: the whole stage)."""
+    def deferred(self, a: int, e: int, b: int) -> int:
+        """What one microbatch's deferred W keeps for layers [a, e): the sum of the layers' (each
+        holds its own split linears' inputs and output gradients; no storage is shared across a
+        boundary), with or without checkpointing (an I recomputes what its W will need)."""
+        total = 0
+        for i in range(a, e):
+            key = (self.signature(i), b)
+            if key not in self._deferred:
+                self._deferred[key] = _trace_deferred(self.model, i, self.dtype, b, self.device)
+            total += self._deferred[key]
+        return total
+
+    def stage(self, a: int, e: int, b: int, checkpointing: bool, every: int = 0, split: bool = False
+              ) -> StageActivations:
+        """What one microbatch through layers [a, e) holds from its F to its backward, its
+        recompute with checkpointing (segments of `every` layers; 0: the whole stage), and with
+        a `split` backward what its deferred W keeps from the I on."""
+        if split:
+            whole = self.stage(a, e, b, checkpointing, every)
+            return StageActivations(whole.kept, whole.recompute, self.deferred(a, e, b))
         if not checkpointing:
             return StageActivations(self._held(a, e, b), 0)
         size = every or (e - a)
@@ -254,15 +312,18 @@ class Replay:
     stages: tuple[int, ...]
     helds: tuple[tuple[int, ...], ...]
     lives: tuple[tuple[tuple[int, ...], int, int], ...]
+    split: bool  # some backward is split into I and W
 
 
 def replay(actions: list[Action]) -> Replay:
-    """A (stage, microbatch) is held from its F to its B, or to its W for a split backward
-    (what the deferred weight gradient keeps); a stage's gradients are live from its first
-    backward on; a checkpointed segment's recompute is live during a backward."""
+    """A (stage, microbatch) is held whole from its F to its B or I, and from an I to its W
+    in what the deferred weight gradient keeps (the held vector: whole counts per stage, then
+    deferred counts per stage); a stage's gradients are live from its first backward on; a
+    checkpointed segment's recompute is live during a backward."""
     stages = tuple(sorted({a.stage for a in actions}))
     pos = {s: j for j, s in enumerate(stages)}
-    held = [0] * len(stages)
+    S = len(stages)
+    held = [0] * (2 * S)
     mask = 0
     helds: set[tuple[int, ...]] = set()
     lives: set[tuple[tuple[int, ...], int, int]] = set()
@@ -271,19 +332,21 @@ def replay(actions: list[Action]) -> Replay:
         j = pos[stage]
         if kind is F:
             held[j] += 1
+        elif kind is W:
+            held[S + j] -= 1
         else:
-            if kind is not W:
-                lives.add((tuple(held), mask, j))
-                mask |= 1 << j
-            if kind is not I:
-                held[j] -= 1
+            lives.add((tuple(held), mask, j))
+            mask |= 1 << j
+            held[j] -= 1
+            if kind is I:
+                held[S + j] += 1
         # a state an F follows is below the next one (more held, the same gradients): only the
         # others can be a peak
         if p + 1 == len(actions) or actions[p + 1].kind is not F:
             h = tuple(held)
             helds.add(h)
             lives.add((h, mask, -1))
-    return Replay(stages, tuple(_maximal(helds)), tuple(_prune_live(lives)))
+    return Replay(stages, tuple(_maximal(helds)), tuple(_prune_live(lives)), any(a.kind is I for a in actions))
 
 
 def _maximal(vectors) -> list[tuple[int, ...]]:
@@ -348,7 +411,7 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
     tensors = [n for s in r.stages for i in range(*layout.stage_layers[s]) for n in mem.numels[i]]
     params = mem.itemsize * sum(tensors)
     grads = [mem.itemsize * sum(mem.params[a:e]) for a, e in layout.stage_layers]
-    kept = [acts[s].kept for s in r.stages]
+    kept = [acts[s].kept for s in r.stages] + [acts[s].deferred for s in r.stages]
     held = max(sum(n * k for n, k in zip(h, kept)) for h in r.helds)
     live = 0
     for h, mask, rc in r.lives:
@@ -363,9 +426,11 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
             for opt in (optimizer_bytes(sh, tensors, c) for sh in zero_shares(tensors, c.dp))]
 
 
-def stage_activations(mem: LayerMemory, c: Config, stage_layers: tuple[tuple[int, int], ...]) -> list[StageActivations]:
-    """[stage] what one of its microbatches holds, at the config's microbatch size."""
-    return [mem.stage(a, e, c.microbatch_size, c.checkpointing, c.checkpoint_every) for a, e in stage_layers]
+def stage_activations(mem: LayerMemory, c: Config, stage_layers: tuple[tuple[int, int], ...], split: bool = False
+                      ) -> list[StageActivations]:
+    """[stage] what one of its microbatches holds, at the config's microbatch size (and with a
+    `split` backward, what its deferred W keeps)."""
+    return [mem.stage(a, e, c.microbatch_size, c.checkpointing, c.checkpoint_every, split) for a, e in stage_layers]
 
 
 def theory_per_rank(plan) -> list[RankBytes]:
@@ -373,7 +438,7 @@ def theory_per_rank(plan) -> list[RankBytes]:
     c = plan.config
     mem = plan.memory()
     layout = Layout(plan.stage_layers, plan.replays)
-    acts = stage_activations(mem, c, plan.stage_layers)
+    acts = stage_activations(mem, c, plan.stage_layers, any(r.split for r in plan.replays))
     per_rank = [rank_bytes(mem, c, layout, p, acts) for p in range(c.pp)]
     return [per_rank[g % c.pp][g // c.pp] for g in range(c.pp * c.dp)]
 
@@ -381,7 +446,7 @@ def theory_per_rank(plan) -> list[RankBytes]:
 def fullest(mem: LayerMemory, c: Config, layout: Layout) -> tuple[RankBytes, int]:
     """The fullest GPU of a plan and its pipeline rank: theory_per_rank's largest peak, without
     listing every replica (the planner's question)."""
-    acts = stage_activations(mem, c, layout.stage_layers)
+    acts = stage_activations(mem, c, layout.stage_layers, any(r.split for r in layout.replays))
     best, where = None, 0
     for p in range(c.pp):
         top = max(rank_bytes(mem, c, layout, p, acts), key=lambda x: x.peak)

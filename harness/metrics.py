@@ -46,6 +46,23 @@ def bubble_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> lis
     return out
 
 
+def steady_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> list[float]:
+    """Idle fraction of each rank had steps overlapped: 1 - its compute / the longest span of a
+    rank of its pipeline (first compute start to last compute end; engine.steady_bubble)."""
+    pp = pp or ranks
+    busy, first, last = [0.0] * ranks, [float("inf")] * ranks, [0.0] * ranks
+    for e in step_trace:
+        if e.in_window:
+            busy[e.rank] += e.dur
+            first[e.rank], last[e.rank] = min(first[e.rank], e.start), max(last[e.rank], e.end)
+    out = []
+    for d in range(ranks // pp):
+        mine = range(d * pp, (d + 1) * pp)
+        period = max((last[r] - first[r] for r in mine if busy[r]), default=0.0)
+        out += [1.0 - busy[r] / period if period > 0 else 0.0 for r in mine]
+    return out
+
+
 def step_time(step_trace: Trace) -> float:
     """Whole step, optimizer included: first event start to last event end, any rank."""
     return max(e.end for e in step_trace) - min(e.start for e in step_trace)
@@ -233,6 +250,8 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
     per_rank = [statistics.fmean(per_global[p::c.pp]) for p in range(c.pp)]
     step_bubbles = [statistics.fmean(b) for b in per_step]
+    steady = statistics.fmean(statistics.fmean(steady_per_rank(events_of_step(trace, s), run.ranks, c.pp))
+                              for s in measured_steps)
     times = [step_time(events_of_step(trace, s)) for s in measured_steps] * repeats
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
@@ -255,6 +274,7 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
                                                     fwd_hop_s=None, bwd_hop_s=None)
     no_comm = simulated_bubble(plan, own.without_comm())
     simulated = simulated_bubble(plan, with_comm)
+    steady_simulated = engine.steady_bubble(plan.compiled, with_comm, plan.timing(with_comm))
     ideal, ideal_costs = bubble_theory(plan, costs)
     seq = getattr(c.model, "seq", None)
     return Metrics(
@@ -278,6 +298,8 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
             measured_step_iqr=quartiles(step_bubbles),
             measured_per_global_rank=per_global,
             attribution=None if ideal is None else attribution(measured, ideal.value, no_comm, simulated),
+            steady_measured=steady,
+            steady_simulated=steady_simulated,
         ),
         dp_sync_s=sync,
         dp_sync_share=None if sync is None else sync / st,

@@ -255,7 +255,9 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     except ProfileError as e:
         raise ConfigError(str(e)) from None
     if art is None:
-        art, note = generated_artifacts(c, partition, cost, model)
+        cl = c.cluster
+        art, note = generated_artifacts(c, partition, cost, model,
+                                        cl.device if cl is not None and executor.simulated else device)
         notes.append(note)
     schedule = art.schedule
     # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
@@ -289,24 +291,34 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     return plan
 
 
-def generated_artifacts(c: Config, partition: Partition, cost: CostModel, model: BuiltModel
+def generated_artifacts(c: Config, partition: Partition, cost: CostModel, model: BuiltModel, device: str
                         ) -> tuple[ScheduleArtifacts, str]:
     """schedule=zb_auto: the order generated for this plan's priced costs (its compute, links,
-    syncs, overheads: what executor=sim runs on), validated; and a note of how it was made."""
+    syncs, overheads: what executor=sim runs on) and its memory (what each stage's deferred W
+    keeps of a microbatch's activations, memory theory's trace on `device`), validated; and a
+    note of how it was made."""
     stage_params = [sum(model.layer_params[a:b]) for a, b in partition.bounds]
     nbytes = DTYPE_BYTES[c.dtype] * model.activation_numel(c.microbatch_size)
     priced = price(c, cost, tuple(range(c.pp)), stage_params, nbytes)
     if c.schedule.costs != "model":
         priced = measured_costs(c.schedule.costs, c.pp, priced)
     try:
-        g = generate(c.pp, c.microbatches, priced, c.schedule.memory_limit)
+        mem = layer_memory(model, c.dtype, device)
+        acts = [mem.stage(a, e, c.microbatch_size, c.checkpointing, c.checkpoint_every, split=True)
+                for a, e in partition.bounds]
+        w = tuple(min(1.0, x.deferred / x.kept) if x.kept else 1.0 for x in acts)
+    except ValueError:  # no per-layer memory (a model not buildable on the meta device): count it whole
+        w = (1.0,) * c.pp
+    try:
+        g = generate(c.pp, c.microbatches, priced, c.schedule.memory_limit, w)
         art = artifacts_of(g.schedule, c.microbatches)
     except (ValueError, ScheduleError) as e:
         raise ConfigError(f"schedule=zb_auto: {str(e).splitlines()[0]}") from None
     how = g.knobs if isinstance(g.knobs, str) else ", ".join(f"{k}={v}" for k, v in vars(g.knobs).items())
     on = "the plan's priced costs" if c.schedule.costs == "model" else f"{c.schedule.costs}'s measured costs"
-    return art, (f"schedule=zb_auto: memory_limit={c.schedule.memory_limit:g} ({g.limit} microbatches per rank): "
-                 f"the fastest of {g.candidates} candidates ({how}) on {on}, step {g.step_s:.4g} s; "
+    return art, (f"schedule=zb_auto: memory_limit={c.schedule.memory_limit:g} ({g.limit:g} microbatches' "
+                 f"activations per rank, a deferred W keeping {min(w):.2f}-{max(w):.2f} of one): the shortest period "
+                 f"of {g.candidates} candidates ({how}) on {on}, period {g.period_s:.4g} s, step {g.step_s:.4g} s; "
                  f"generated in {g.seconds:.3f} s")
 
 

@@ -17,6 +17,9 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   (every step is the same).
 - 4: `metrics.flops`: model and hardware FLOPs per step, achieved TFLOP/s per device, MFU and
   HFU where the device's peak is known (harness/flops.py); older records read it as null.
+- 5: `metrics.bubble.steady_measured` and `steady_simulated`: the bubble of overlapped steps
+  (each rank's span, first compute start to last compute end, against the longest: the
+  zero-bubble paper's bubble rate); older records read them as null.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class RecordError(ValueError):
@@ -112,6 +115,10 @@ class Bubble:
     theory_costs: dict[str, float] | None = None  # the costs theory was taken at: bwd_over_fwd, weight_grad_share
     measured_step_iqr: list[float] | None = None  # [25th, 75th] percentile of measured_per_step
     attribution: Attribution | None = None
+    # with steps overlapped (no barrier between them): 1 - a rank's compute / the longest rank
+    # span, first compute start to last compute end (harness/simulate/engine.py `steady_bubble`)
+    steady_measured: float | None = None  # from the measured spans, mean over ranks and steps
+    steady_simulated: float | None = None  # the simulator on the measured costs and hop
 
 
 @dataclass
@@ -226,10 +233,11 @@ class Result:
             return f"{what}: {self.status}: {self.error}"
         b = m.bubble
         theory = "n/a" if b.theory is None else f"{b.theory:.3f}"
+        overlapped = "" if b.steady_measured is None else f"; {b.steady_measured:.3f} with steps overlapped"
         if simulated:
-            bubble = f"bubble {b.measured:.3f} (theory {theory})"
+            bubble = f"bubble {b.measured:.3f} (theory {theory}{overlapped})"
         else:
-            bubble = f"bubble measured {b.measured:.3f} (theory {theory}, simulated {b.simulated:.3f})"
+            bubble = f"bubble measured {b.measured:.3f} (theory {theory}, simulated {b.simulated:.3f}{overlapped})"
             if (a := b.attribution) is not None:
                 bubble += (f" = schedule {a.schedule:.3f} + imbalance {a.imbalance:.3f} + communication "
                            f"{a.communication:.3f} + overhead {a.overhead:.3f}")

@@ -116,6 +116,7 @@ def test_flops_and_params_follow_the_shape():
     ({"arch": "gpt2", "kv_heads": 2}, r"^model\.kv_heads=2: gpt2 has no grouped-query attention"),
     ({"hidden": 24, "heads": 8}, r"^model\.heads=8: llama's rotary embedding needs an even head width"),
     ({"vocab": 0}, r"^model\.vocab=0: must be an integer >= 1$"),
+    ({"attention": "flash"}, r"^model\.attention=flash: unknown \(allowed: sdpa, eager\)$"),
 ])
 def test_bad_hf_config_is_one_line(overrides, message):
     cfg = tiny("llama")

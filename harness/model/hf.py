@@ -18,10 +18,11 @@ gradients against the HF model itself, loaded with these weights (`to_hf`).
 The LM head is NOT tied to the embedding (the config says tie_word_embeddings=False, so the
 HF model it is compared with is untied too): tying across stages needs the embedding and head
 stages to all-reduce their gradients (Megatron's embedding group), not modelled here. Dropout
-is 0 (deterministic, comparable); attention is transformers' "sdpa". Every nn.Linear (and
-GPT-2's Conv1D, transposed once) becomes a SplitLinear of the same weights and math, so the
-zero-bubble schedules defer the blocks' and head's weight gradients to W; norms and
-embeddings get theirs in I. Weights are initialised as transformers does: normal(0,
+is 0 (deterministic, comparable); attention is transformers' "sdpa" (model.attention=eager: its
+eager one, which keeps the T x T scores for the backward). Every nn.Linear (and GPT-2's
+Conv1D, transposed once) becomes a SplitLinear of the same weights and math, so the zero-bubble
+schedules defer the blocks' and head's weight gradients to W; norms and embeddings get theirs
+in I. Weights are initialised as transformers does: normal(0,
 initializer_range) linears and embeddings, zero biases, unit norms, and GPT-2's residual
 projections scaled by 1/sqrt(2 n_layer).
 
@@ -91,6 +92,8 @@ def check(cfg: ModelConfig) -> None:
     for key in ("layers", "hidden", "heads", "seq", "vocab"):
         if getattr(cfg, key) < 1:
             raise ModelError(f"model.{key}={getattr(cfg, key)}: must be an integer >= 1")
+    if cfg.attention not in ("sdpa", "eager"):
+        raise ModelError(f"model.attention={cfg.attention}: unknown (allowed: sdpa, eager)")
     if cfg.hidden % cfg.heads:
         raise ModelError(f"model.heads={cfg.heads}: must divide model.hidden={cfg.hidden}")
     kv = cfg.heads if cfg.kv_heads is None else cfg.kv_heads
@@ -109,13 +112,13 @@ def check(cfg: ModelConfig) -> None:
 
 
 def hf_config(cfg: ModelConfig) -> Any:
-    """transformers' config for `cfg` (checked): untied head, no dropout, sdpa attention."""
+    """transformers' config for `cfg` (checked): untied head, no dropout, its attention."""
     check(cfg)
     arch = ARCHS[cfg.arch]
     config_class = getattr(_transformers("transformers"), arch.config)
     ffn = cfg.ffn or 4 * cfg.hidden
     kv = cfg.kv_heads or cfg.heads
-    common = dict(vocab_size=cfg.vocab, tie_word_embeddings=False, attn_implementation="sdpa")
+    common = dict(vocab_size=cfg.vocab, tie_word_embeddings=False, attn_implementation=cfg.attention)
     if cfg.arch == "gpt2":
         last = cfg.vocab - 1  # its defaults (50256) lie outside a small vocabulary
         return config_class(n_embd=cfg.hidden, n_layer=cfg.layers, n_head=cfg.heads, n_positions=cfg.seq, n_inner=ffn,

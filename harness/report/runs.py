@@ -15,6 +15,8 @@ def ok(runs: Iterable[dict]) -> list[dict]:
 
 def schedule_label(c: dict) -> str:
     name = c["schedule"]["name"]
+    if name == "zb_auto":  # one generator, many schedules: its memory limit names which
+        name = f"zb_auto mem={c['schedule'].get('memory_limit', 1.0):g}"
     return f"{name} v={c['virtual_stages']}" if c.get("virtual_stages", 1) > 1 else name
 
 

@@ -2,11 +2,19 @@
 the zero-bubble paper's heuristic (Qi et al., arXiv 2401.10241 sec. 3 and appendix G): one
 stage per rank (stage s on rank s), the backward split into I and W.
 
+Memory is counted as the paper counts it (its Table 1), in units of one microbatch's
+activations on the stage (M_B): an F adds 1, an I frees all but the share `w` its deferred W
+keeps (M_W / M_B: each split linear's input and output gradient; harness's memory theory traces
+it per stage, harness/memory_theory.py), the W frees that share. The limit is `memory_limit` x
+N, 1F1B's peak on stage 0 (N microbatches held, none deferred): 1.0 is the paper's ZB-1p, 2.0
+its ZB-2p. What a deferred W keeps decides what a limit buys: the paper's GPT layers without
+flash attention keep 32sbh of 34sbh + 5as^2b (w about 0.4), a layer with flash attention nearly
+all of it (w about 0.95).
+
 Each candidate is a greedy list schedule, made by simulating the pipeline on the given
 per-stage costs: a stage, when free, does in this order of preference
 - the I whose gradient has arrived (the critical path back to stage 0),
-- the next F whose input has arrived, if it holds fewer than `limit` microbatches (from F to
-  W: what a deferred W keeps alive),
+- the next F whose input has arrived, if the memory holds one more microbatch,
 - a deferred W: to fill an idle moment, to free memory at the limit, and at the tail.
 Three binary knobs make the grid the best of which is kept (the paper searches such a grid):
 - `extra_warmup`: in the warm-up, start one more F even when the first I would arrive before it
@@ -16,11 +24,12 @@ Three binary knobs make the grid the best of which is kept (the paper searches s
   known arrival, or memory or the tail require it).
 ZB-H1 and ZB-H2, where the memory limit holds them, are candidates too (so the result is never
 worse than them). Every candidate is timed by the project's simulator on the same costs
-(harness/simulate/engine.py, unequal stages and hops included) and the fastest kept. The memory limit is in
-units of 1F1B's peak on stage 0 (N microbatches): 1.0 is the paper's ZB-1p, 2.0 its ZB-2p.
-
-In a step that starts at a barrier (the harness's, see the README) no order removes the last
-stage's wait of (N-1) F for its first input; what this generator removes is the rest.
+(harness/simulate/engine.py, unequal stages and hops included) and the one with the shortest
+period kept (the paper's objective: the longest rank span, first F to last W, which is the time
+between steps when ranks overlap consecutive steps; engine.period), the synchronous step
+breaking ties. The harness's runtime starts each step at a barrier, where no order removes the
+last stage's wait of (N-1) F for its first input: its records give both bubbles
+(README, "Zero-bubble schedules").
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.schedules.builders import zb_h1, zb_h2
-from harness.schedules.ir import Action, Kind, Schedule, replay_inflight
+from harness.schedules.ir import Action, Kind, Schedule
 from harness.schedules.registry import ScheduleSpec, register
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
@@ -55,27 +64,40 @@ KNOBS = tuple(Knobs(*k) for k in itertools.product((False, True), repeat=3))
 @dataclass(frozen=True)
 class Generated:
     schedule: Schedule
-    knobs: Knobs | str  # the greedy's knobs, or "seed:<name>" where a handcrafted order won
-    step_s: float  # the simulator's step on the costs it was built for
+    knobs: Knobs | PaperKnobs | str  # the winner's knobs, or "seed:<name>" where a handcrafted order won
+    period_s: float  # the simulator's period (engine.period) on the costs it was built for
+    step_s: float  # and its synchronous step
     candidates: int
     seconds: float  # generation time
-    limit: int  # microbatches each rank may hold from F to W
+    limit: float  # microbatches' activations each rank may hold (memory_limit x N)
 
 
-def limit_of(memory_limit: float, n: int) -> int:
-    """Microbatches a rank may hold: memory_limit x 1F1B's peak (N on stage 0), at least 1."""
+def limit_of(memory_limit: float, n: int) -> float:
+    """Microbatches' activations a rank may hold: memory_limit x 1F1B's peak (N on stage 0)."""
     if not memory_limit > 0 or not math.isfinite(memory_limit):
         raise ValueError(f"memory_limit={memory_limit!r} (allowed: a number > 0, in units of 1F1B's peak)")
-    return max(1, math.floor(memory_limit * n + 1e-9))
+    return memory_limit * n
 
 
-def greedy(n: int, m: int, cost: CostModel, limit: int, knobs: Knobs) -> Schedule:
-    """One candidate: the list schedule the preferences and `knobs` make on `cost`."""
+def peak_memory(actions: list[Action], w: float) -> float:
+    """The most a rank's actions hold at once, in microbatches' activations: F +1, B -1,
+    I -(1 - w), W -w (w: the share a deferred W keeps)."""
+    held = peak = 0.0
+    for a in actions:
+        held += 1.0 if a.kind is Kind.F else -1.0 if a.kind is Kind.B else -(1.0 - w) if a.kind is Kind.I else -w
+        peak = max(peak, held)
+    return peak
+
+
+def greedy(n: int, m: int, cost: CostModel, limit: float, knobs: Knobs, w: tuple[float, ...]) -> Schedule:
+    """One candidate: the list schedule the preferences and `knobs` make on `cost`, each stage
+    s holding at most `limit` microbatches' activations, a deferred W keeping w[s] of one."""
     F, I, W = cost.fwd_s, cost.igrad, cost.wgrad  # noqa: E741
     fwd_hop, bwd_hop = cost.hops(n)
     free = [0.0] * n  # when each stage's last action ends
     nf, ni = [0] * n, [0] * n  # its next F and next I (both in microbatch order)
-    held = [0] * n  # F done, W not yet
+    held = [0.0] * n  # activations held, in microbatches (F +1, I -(1 - w), W -w)
+    room = limit + 1e-9  # float sums: 0.1 + 0.2 > 0.3
     pending: list[deque[int]] = [deque() for _ in range(n)]  # I done, W not yet
     f_at = [[INF] * m for _ in range(n)]  # when F(s, mb)'s input is there (INF: not known yet)
     i_at = [[INF] * m for _ in range(n)]  # when I(s, mb)'s gradient is there
@@ -88,7 +110,8 @@ def greedy(n: int, m: int, cost: CostModel, limit: int, knobs: Knobs) -> Schedul
         for an arrival no stage has produced yet."""
         t = free[s]
         ti = i_at[s][ni[s]] if ni[s] < m else INF
-        tf = f_at[s][nf[s]] if nf[s] < m and held[s] < limit else INF
+        full = held[s] + 1.0 > room  # one more F would pass the limit
+        tf = f_at[s][nf[s]] if nf[s] < m and not full else INF
         w = bool(pending[s])
         if ti <= t:
             return t, Kind.I
@@ -98,7 +121,7 @@ def greedy(n: int, m: int, cost: CostModel, limit: int, knobs: Knobs) -> Schedul
                 return (t, Kind.W) if w and t + W[s] <= ti else (ti, Kind.I)
             return t, Kind.F
         nxt = min(ti, tf)
-        if w and (knobs.eager_w or nxt == INF or t + W[s] <= nxt or held[s] >= limit or nf[s] == m):
+        if w and (knobs.eager_w or nxt == INF or t + W[s] <= nxt or full or nf[s] == m):
             return t, Kind.W
         if nxt < INF:
             return nxt, (Kind.I if ti <= tf else Kind.F)
@@ -128,7 +151,7 @@ def greedy(n: int, m: int, cost: CostModel, limit: int, knobs: Knobs) -> Schedul
         if kind is Kind.F:
             mb = nf[s]
             nf[s] += 1
-            held[s] += 1
+            held[s] += 1.0
             end = start + F[s]
             if s + 1 < n:
                 f_at[s + 1][mb] = end + fwd_hop[s]
@@ -139,11 +162,12 @@ def greedy(n: int, m: int, cost: CostModel, limit: int, knobs: Knobs) -> Schedul
             ni[s] += 1
             end = start + I[s]
             pending[s].append(mb)
+            held[s] -= 1.0 - w[s]
             if s > 0:
                 i_at[s - 1][mb] = end + bwd_hop[s]
         else:
             mb = pending[s].popleft()
-            held[s] -= 1
+            held[s] -= w[s]
             end = start + W[s]
         acts[s].append(Action(s, kind, mb))
         free[s] = end
@@ -154,28 +178,180 @@ def greedy(n: int, m: int, cost: CostModel, limit: int, knobs: Knobs) -> Schedul
     return {s: acts[s] for s in range(n)}
 
 
-def generate(n: int, m: int, cost: CostModel, memory_limit: float = 1.0) -> Generated:
-    """The fastest of the knob grid's candidates on `cost` (one stage per rank)."""
+@dataclass(frozen=True)
+class PaperKnobs:
+    """The zero-bubble paper's heuristic's three binary hyperparameters (its code's names)."""
+    allow_bubble_before_first_b: bool
+    prioritize_b: bool
+    no_bubble_greedy: bool
+
+
+PAPER_KNOBS = tuple(PaperKnobs(*k) for k in itertools.product((True, False), repeat=3))
+
+
+def paper_order(n: int, m: int, cost: CostModel, limit: float, knobs: PaperKnobs, w: tuple[float, ...]
+                ) -> Schedule | None:
+    """The zero-bubble paper's own heuristic (arXiv 2401.10241 sec. 3.2 and appendix G; the
+    authors' `manual_order` in sail-sg/zero-bubble-pipeline-parallelism, re-expressed here),
+    or None where it cannot keep within `limit`. Microbatch by microbatch: in the first, F on
+    every stage, then on each stage as many warm-up Fs as fill its wait for the first gradient
+    within the memory (each stage fewer than the one before), then the Is from the last stage
+    back; in every later one, an F on each stage (skipped where `prioritize_b` finds the next
+    stage far enough behind and the wait affordable), then the I of that microbatch from the
+    last stage back; before an F or an I, Ws to free memory and to fill the wait for its input
+    (a wait no longer than the largest bubble so far is left idle unless `no_bubble_greedy`);
+    the Ws left at the end."""
+    Fc, Ic, Wc = cost.fwd_s, cost.igrad, cost.wgrad
+    fwd_hop, bwd_hop = cost.hops(n)
+    nf, ni, nw = [0] * n, [0] * n, [0] * n  # next F, I, W per stage
+    end = [0.0] * n  # each stage's last end
+    mem = [0.0] * n
+    idle = [0.0] * n  # each stage's idle time after its first F
+    f_end = [[0.0] * m for _ in range(n)]
+    i_end = [[0.0] * m for _ in range(n)]
+    acts: list[list[Action]] = [[] for _ in range(n)]
+
+    def put(s: int, kind: Kind) -> None:
+        t = end[s]
+        if kind is Kind.F:
+            mb = nf[s]
+            ready = f_end[s - 1][mb] + fwd_hop[s - 1] if s > 0 else 0.0
+            finish = max(t, ready) + Fc[s]
+            f_end[s][mb], nf[s], mem[s] = finish, mb + 1, mem[s] + 1.0
+        elif kind is Kind.I:
+            mb = ni[s]
+            ready = i_end[s + 1][mb] + bwd_hop[s + 1] if s + 1 < n else f_end[s][mb]
+            finish = max(t, ready) + Ic[s]
+            i_end[s][mb], ni[s], mem[s] = finish, mb + 1, mem[s] - (1.0 - w[s])
+        else:
+            mb = nw[s]
+            finish = t + Wc[s]
+            nw[s], mem[s] = mb + 1, mem[s] - w[s]
+        if nf[s] > 1 or kind is not Kind.F:
+            idle[s] += finish - t - (Fc[s] if kind is Kind.F else Ic[s] if kind is Kind.I else Wc[s])
+        end[s] = finish
+        acts[s].append(Action(s, kind, mb))
+
+    def free_for(s: int, need: float) -> bool:
+        """Ws until `need` more fits; False if it cannot."""
+        while mem[s] + need > limit + 1e-9:
+            if nw[s] >= ni[s]:
+                return False
+            put(s, Kind.W)
+        return True
+
+    def fill(s: int, ready: float) -> None:
+        """Ws into the wait for an input that arrives at `ready`."""
+        while nw[s] < ni[s] and end[s] + Wc[s] <= ready:
+            put(s, Kind.W)
+        if nw[s] < ni[s] and end[s] < ready:
+            if ready - end[s] > max(idle) - idle[s] or knobs.no_bubble_greedy:
+                put(s, Kind.W)
+
+    for s in range(n):
+        if not free_for(s, 1.0):
+            return None
+        put(s, Kind.F)
+    extra = [0] * n  # warm-up Fs beyond the first
+    last_t = f_end[n - 1][0] + Ic[n - 1]
+    for s in range(n - 2, -1, -1):
+        held, t = mem[s], end[s]
+        arrive = last_t + bwd_hop[s + 1]
+        while nf[s] + extra[s] < m and held + 1.0 <= limit + 1e-9:
+            if (t + Fc[s] > arrive) if knobs.allow_bubble_before_first_b else (t >= arrive):
+                break
+            held, t, extra[s] = held + 1.0, t + Fc[s], extra[s] + 1
+        last_t = max(t, arrive) + Ic[s]
+    for s in range(1, n):
+        while extra[s] > 0 and extra[s] >= extra[s - 1] and nf[s] + extra[s] < m:
+            extra[s] -= 1
+    for s in range(n):
+        for _ in range(extra[s]):
+            put(s, Kind.F)
+    for s in range(n - 1, -1, -1):
+        put(s, Kind.I)
+    for mb in range(1, m):
+        want = [0] * n
+        for s in range(n):
+            if nf[s] >= m:
+                continue
+            if knobs.prioritize_b and s + 1 < n and nf[s] >= nf[s + 1] + 2:
+                nxt = end[s + 1] + Fc[s + 1] + Ic[s + 1] + bwd_hop[s + 1]
+                if end[s] >= nxt:
+                    continue
+                over = mem[s] + 1.0 - limit  # Ws that must run before the F
+                w_cost, k = 0.0, 0
+                while over > 1e-9 and nw[s] + k < ni[s]:
+                    over, w_cost, k = over - w[s], w_cost + Wc[s], k + 1
+                if end[s] + Fc[s] + w_cost <= nxt:
+                    want[s] = 1
+                    continue
+                if nxt - end[s] <= max(idle) - idle[s]:
+                    continue
+            want[s] = 1
+        for s in range(n - 2, -1, -1):
+            want[s] = min(want[s], want[s + 1])
+        for s in range(n):
+            if want[s]:
+                if not free_for(s, 1.0):
+                    return None
+                if s > 0:
+                    fill(s, f_end[s - 1][nf[s]] + fwd_hop[s - 1])
+                put(s, Kind.F)
+        for s in range(n - 1, -1, -1):
+            if ni[s] != mb:  # this stage's F of the microbatch is not done: the heuristic cannot go on
+                return None
+            if not free_for(s, -(1.0 - w[s])):
+                return None
+            if s + 1 < n:
+                fill(s, i_end[s + 1][mb] + bwd_hop[s + 1])
+            if s == 0 and nf[0] == m:
+                while nw[0] < ni[0]:
+                    put(0, Kind.W)
+            put(s, Kind.I)
+    for s in range(n):
+        while nw[s] < m:
+            put(s, Kind.W)
+    if any(nf[s] < m or ni[s] < m for s in range(n)):
+        return None
+    return {s: acts[s] for s in range(n)}
+
+
+def generate(n: int, m: int, cost: CostModel, memory_limit: float = 1.0, w: float | tuple[float, ...] = 1.0
+             ) -> Generated:
+    """The candidate of the knob grid with the shortest period on `cost` (one stage per rank);
+    `w`: per stage (or one for all), the share of a microbatch's activations its deferred W
+    keeps. ValueError where the limit cannot hold one microbatch."""
     if len(cost.fwd_s) != n:
         raise ValueError(f"costs for {len(cost.fwd_s)} stages, pp={n} (zb_auto: one stage per rank)")
+    ws = (float(w),) * n if isinstance(w, (int, float)) else tuple(w)
+    if len(ws) != n or not all(0.0 <= x <= 1.0 for x in ws):
+        raise ValueError(f"w={w!r}: a share in [0, 1] per stage ({n} stages)")
     t0 = time.perf_counter()
     limit = limit_of(memory_limit, n)
+    if limit < 1.0 - 1e-9:
+        raise ValueError(f"memory_limit={memory_limit:g}: {limit:g} microbatches per rank (allowed: >= 1/pp = "
+                         f"{1 / n:.3g}, one microbatch)")
     # the handcrafted orders within the limit are candidates too: the search is never worse
-    # than ZB-H1 (N microbatches) at 1.0, nor than ZB-H2 (2N-1) where the limit holds it
-    seeds = [(f"seed:{name}", zb(n, m)) for name, zb in (("zb_h1", zb_h1), ("zb_h2", zb_h2))]
-    made = [(knobs, greedy(n, m, cost, limit, knobs)) for knobs in KNOBS]
-    best: tuple[float, Schedule, Knobs | str] | None = None
+    # than ZB-H1 at 1.0 (it holds N), nor than ZB-H2 where the limit holds it
+    seeds = [(f"seed:{name}", x) for name, zb in (("zb_h1", zb_h1), ("zb_h2", zb_h2)) for x in (zb(n, m),)
+             if all(peak_memory(x[s], ws[s]) <= limit + 1e-9 for s in range(n))]
+    made = [(knobs, greedy(n, m, cost, limit, knobs, ws)) for knobs in KNOBS]
+    made += [(k, x) for k in PAPER_KNOBS for x in (paper_order(n, m, cost, limit, k, ws),) if x is not None]
+    best: tuple[float, float, Schedule, Knobs | PaperKnobs | str] | None = None
     seen: set[tuple] = set()
-    for how, sched in made + [(name, x) for name, x in seeds if max(map(replay_inflight, x.values())) <= limit]:
+    for how, sched in made + seeds:
         key = tuple(" ".join(map(str, acts)) for acts in sched.values())
         if key in seen:
             continue
         seen.add(key)
-        step = engine.step_time(engine.compile_schedule(sched), cost)
-        if best is None or step < best[0] - 1e-12:
-            best = (step, sched, how)
+        c = engine.compile_schedule(sched)
+        end = engine.timing(c, cost)
+        per, step = engine.period(c, cost, end), engine.step_time(c, cost, end)
+        if best is None or per < best[0] - 1e-12 or (per <= best[0] + 1e-12 and step < best[1] - 1e-12):
+            best = (per, step, sched, how)
     assert best is not None
-    return Generated(best[1], best[2], best[0], len(seen), time.perf_counter() - t0, limit)
+    return Generated(best[2], best[3], best[0], best[1], len(seen), time.perf_counter() - t0, limit)
 
 
 def _check(c: Any) -> str | None:
@@ -187,47 +363,3 @@ def _check(c: Any) -> str | None:
 register(ScheduleSpec(
     "zb_auto", "zero-bubble order generated for the run's costs and schedule.memory_limit (arXiv 2401.10241 sec. 3)",
     None, split_backward=True, check=_check, color="#17becf"))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.schedules.auto --pp 4 --microbatches 16 --memory-limit 2 -o auto.csv`:
-    generate on equal stages of the given costs, print how it compares, write torch's CSV (run it
-    with `python -m harness schedule=csv schedule.csv_path=auto.csv pp=4 microbatches=16`)."""
-    import argparse
-    import sys
-
-    from harness.schedules.csv_io import write_csv
-
-    ap = argparse.ArgumentParser(prog="python -m harness.schedules.auto", description=main.__doc__)
-    ap.add_argument("--pp", type=int, required=True)
-    ap.add_argument("--microbatches", type=int, required=True)
-    ap.add_argument("--memory-limit", type=float, default=1.0, help="in units of 1F1B's peak (N microbatches)")
-    ap.add_argument("--fwd", type=float, default=1.0, help="F seconds per stage")
-    ap.add_argument("--igrad", type=float, default=1.0, help="I seconds per stage")
-    ap.add_argument("--wgrad", type=float, default=0.5, help="W seconds per stage")
-    ap.add_argument("--hop", type=float, default=0.03, help="seconds a message takes between ranks")
-    ap.add_argument("-o", "--out", default=None, help="torch's compute_only CSV")
-    args = ap.parse_args(argv)
-    n, m = args.pp, args.microbatches
-    try:
-        if n < 1 or m < 1:
-            raise ValueError(f"pp={n}, microbatches={m} (allowed: >= 1)")
-        if min(args.fwd, args.igrad, args.wgrad, args.hop) < 0:
-            raise ValueError("--fwd, --igrad, --wgrad, --hop: seconds >= 0")
-        cost = CostModel((args.fwd,) * n, (args.igrad + args.wgrad,) * n, (args.igrad,) * n, (args.wgrad,) * n,
-                         fwd_hop_s=(args.hop,) * n, bwd_hop_s=(args.hop,) * n)
-        g = generate(n, m, cost, args.memory_limit)
-        if args.out:
-            write_csv(args.out, g.schedule)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    bubble = engine.bubble(engine.compile_schedule(g.schedule), cost)
-    print(f"zb_auto pp={n} M={m} memory_limit={args.memory_limit:g} ({g.limit} microbatches per rank): step "
-          f"{g.step_s:.4g} s, bubble {bubble:.2%}, best of {g.candidates} candidates ({g.knobs}) in {g.seconds:.2f} s"
-          + (f"; wrote {args.out}" if args.out else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -249,26 +249,50 @@ def step_time(c: Compiled, cost: CostModel, end: list[float] | None = None) -> f
     return max(e + o for e, o in zip(ends, opt)) + cost.step_overhead_s
 
 
-def bubble(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
-    """Mean over ranks of 1 - compute time / the step window, as harness.metrics.bubble_per_rank
-    measures a trace: the window from the first compute action's start to the last one's end.
-    A rank's actions run in its order, so only its first and last bound the window."""
+def spans(c: Compiled, cost: CostModel, end: list[float] | None = None) -> list[tuple[float, float, float]]:
+    """[i-th rank] (first compute start, last compute end, compute seconds): a rank's actions
+    run in its order, so only its first and last bound it."""
     end = timing(c, cost) if end is None else end
     parts = _Parts(c, cost)
     compute = [[x + cost.action_overhead_s for x in times] for times in parts.compute]
-    busy = [sum(n * compute[k][s] for (k, s), n in counts.items()) for counts in c.kind_counts]
-    t0, t1 = float("inf"), 0.0
-    for rows in c.by_rank:
+    out = []
+    for rows, counts in zip(c.by_rank, c.kind_counts):
+        busy = sum(n * compute[k][s] for (k, s), n in counts.items())
         if not rows:
+            out.append((0.0, 0.0, busy))
             continue
         first, last = rows[0], rows[-1]
         _, s, k, _ = c.actions[first]
-        lead, dur, tail = parts.of(first, s, k)
-        t0 = min(t0, end[first] - tail - dur)
+        _, dur, tail = parts.of(first, s, k)
+        t0 = end[first] - tail - dur
         _, s, k, _ = c.actions[last]
-        t1 = max(t1, end[last] - parts.of(last, s, k)[2])
-    window = t1 - t0
-    return sum(1.0 - b / window for b in busy) / len(busy) if window > 0 else 0.0
+        out.append((t0, end[last] - parts.of(last, s, k)[2], busy))
+    return out
+
+
+def bubble(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
+    """Mean over ranks of 1 - compute time / the step window, as harness.metrics.bubble_per_rank
+    measures a trace: the window from the first compute action's start to the last one's end."""
+    per = spans(c, cost, end)
+    ran = [x for x, rows in zip(per, c.by_rank) if rows]
+    window = max(x[1] for x in ran) - min(x[0] for x in ran) if ran else 0.0
+    return sum(1.0 - x[2] / window for x in per) / len(per) if window > 0 else 0.0
+
+
+def period(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
+    """The longest rank span, first compute start to last compute end: the time between steps
+    when each rank starts its next step as soon as it ends this one (the zero-bubble paper's
+    objective, arXiv 2401.10241 sec. 3: its ranks do not wait at a barrier, its optimizer step
+    is validated after the fact)."""
+    return max((t1 - t0 for t0, t1, _ in spans(c, cost, end)), default=0.0)
+
+
+def steady_bubble(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
+    """Mean over ranks of 1 - compute time / `period`: the bubble of overlapped steps, the
+    zero-bubble paper's bubble rate (its ZB-2p's "near zero" is this figure)."""
+    per = spans(c, cost, end)
+    p = max((t1 - t0 for t0, t1, _ in per), default=0.0)  # an idle rank's span is 0
+    return sum(1.0 - busy / p for _, _, busy in per) / len(per) if p > 0 else 0.0
 
 
 class _Parts:
