@@ -85,10 +85,15 @@ def test_twice_the_memory_has_near_zero_bubble_where_a_deferred_w_keeps_half(n):
 
 @pytest.mark.parametrize("n,m", [(2, 4), (4, 8), (4, 16)])
 def test_orders_pass_the_nccl_rules_with_the_safe_transport(n, m):
-    g = generate(n, m, gpt_like(n), 2.0)
+    """Safe under NCCL's rules; eager runs on gloo (tags match any order) and deadlocks on NCCL,
+    as 1F1B does, which the plan refuses before any worker starts."""
+    g = generate(n, m, gpt_like(n), 2.0, 0.5)
     for dp in (1, 2):
         p2p.check(g.schedule, "safe", "nccl", n, dp)
         p2p.check(g.schedule, "safe", "nccl", n, dp, single_tag=True)
+    p2p.check(g.schedule, "eager", "gloo", n, 1)
+    with pytest.raises(p2p.P2PError, match="deadlock"):
+        p2p.check(g.schedule, "eager", "nccl", n, 1)
 
 
 def test_generation_time_is_recorded_and_small():

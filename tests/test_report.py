@@ -16,7 +16,9 @@ from harness.result import Bubble, Env, Memory, Metrics, Result
 from harness.report.build import build_report
 from harness.report.figures import provenance
 from harness.report.load import load_sweep
+from harness.report.runs import schedule_label
 from harness.report.throughput import dp_scaling
+from harness.report.zero_bubble import _peak_share, zero_bubble_study
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -132,3 +134,22 @@ def test_mixed_compute_modes_are_said_in_every_figure(tmp_path):
     assert all("MIXED" not in line and "runs=2" in line for line in made if any(f in line for f in single))
     assert "another compute mode" in md and "another model, microbatch size, dp or compute mode" in md
     assert "no runs that differ only in `partition`" in md
+
+
+def test_zero_bubble_figure_draws_both_bubbles_and_memory_per_schedule(tmp_path):
+    """Generated (zb_auto at two limits, each its own series) beside handcrafted; a sweep with
+    no zero-bubble schedule says so."""
+    def zb(i: int, name: str, m: int, **schedule) -> dict:
+        r = fake(i, microbatches=m, schedule={"name": name, **schedule})
+        r["metrics"]["bubble"]["steady_measured"] = 0.1 - 0.01 * i
+        return r
+
+    none = zero_bubble_study([zb(0, "1f1b", 4)], tmp_path)
+    assert none.path is None and "no run of a zero-bubble schedule" in none.missing[0]
+    runs = [zb(i, name, m, **extra) for i, (name, m, extra) in enumerate([
+        ("zb_h1", 4, {}), ("zb_h1", 8, {}), ("zb_auto", 4, {"memory_limit": 1.0}), ("zb_auto", 8, {"memory_limit": 1.0}),
+        ("zb_auto", 4, {"memory_limit": 2.0}), ("zb_auto", 8, {"memory_limit": 2.0})])]
+    fig = zero_bubble_study(runs, tmp_path)
+    assert fig.path == tmp_path / "zero_bubble.png" and fig.missing == [] and fig.held.endswith("runs 0-5")
+    assert {schedule_label(r["config"]) for r in runs} == {"zb_h1", "zb_auto mem=1", "zb_auto mem=2"}
+    assert _peak_share(runs[0]) == pytest.approx(1.0)  # 2^20 bytes on rank 0 = pp x 2^19

@@ -21,6 +21,7 @@ from harness.report.runs import ok
 from harness.report.tables import summary, write_csv
 from harness.report.compute import compute_rate
 from harness.report.throughput import dp_scaling, throughput
+from harness.report.zero_bubble import zero_bubble_study
 
 
 def figure_section(fig: Figure) -> list[Block]:
@@ -89,7 +90,7 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
     return blocks
 
 
-FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, memory_per_rank, memory_breakdown,
+FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, zero_bubble_study, memory_per_rank, memory_breakdown,
            memory_vs_throughput, throughput, compute_rate, checkpointing_tradeoff, dp_scaling)
 
 

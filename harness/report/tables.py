@@ -14,8 +14,8 @@ from harness.report.runs import dim, run_id, schedule_label
 
 COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatches", "microbatch_size", "model",
            "partition", "layers_per_stage", "compute", "executor", "device", "checkpointing", "step_time_s",
-           "throughput_samples_s", "tflops_per_device", "mfu", "hfu", "bubble_theory", "bubble_simulated", "bubble_measured", "peak_activation_bytes_max",
-           "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
+           "throughput_samples_s", "tflops_per_device", "mfu", "hfu", "bubble_theory", "bubble_simulated",
+           "bubble_measured", "bubble_overlapped", "peak_activation_bytes_max", "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
 
 
 def row(run: dict) -> dict:
@@ -24,7 +24,7 @@ def row(run: dict) -> dict:
     peaks = m["memory"]["peak_activation_bytes_per_rank"] if m else None
     f = m.get("flops") or {}
     return {
-        "run": run["_dir"], "status": run["status"], "schedule": c["schedule"]["name"],
+        "run": run["_dir"], "status": run["status"], "schedule": schedule_label(c),
         "virtual_stages": c.get("virtual_stages", 1), "pp": c["pp"], "dp": c.get("dp", 1),
         "microbatches": c["microbatches"], "microbatch_size": c["microbatch_size"], "model": dim(run, "model"),
         "partition": dim(run, "partition"), "layers_per_stage": (run.get("partition") or {}).get("layers_per_stage"),
@@ -33,6 +33,7 @@ def row(run: dict) -> dict:
         "step_time_s": m.get("step_time_s"), "throughput_samples_s": m.get("throughput_samples_s"),
         "tflops_per_device": f.get("tflops_per_device"), "mfu": f.get("mfu"), "hfu": f.get("hfu"),
         "bubble_theory": b.get("theory"), "bubble_simulated": b.get("simulated"), "bubble_measured": b.get("measured"),
+        "bubble_overlapped": b.get("steady_measured"),
         "peak_activation_bytes_max": max(peaks) if peaks else None, "stage_time_max_s": max(stages) if stages else None,
         "measured_imbalance": m.get("measured_imbalance"), "recompute_s": m.get("recompute_s"),
         "final_loss": (m.get("losses") or [None])[-1], "error": run.get("error"),
@@ -58,7 +59,8 @@ def write_csv(sweep: Sweep, path: Path) -> None:
 
 
 SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "samples/s",
-           "TFLOP/s/dev", "MFU", "bubble theory", "simulated", "measured", "peak act. MiB", "other overrides"]
+           "TFLOP/s/dev", "MFU", "bubble theory", "simulated", "measured", "overlapped", "peak act. MiB",
+           "other overrides"]
 
 
 def overrides(run: dict) -> list[str]:
@@ -77,7 +79,8 @@ def summary(runs: list[dict]) -> list[Block]:
                      r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
                      _scaled(r["step_time_s"], 1e3), r["throughput_samples_s"], r["tflops_per_device"],
                      "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble_theory"],
-                     r["bubble_simulated"], r["bubble_measured"], _scaled(r["peak_activation_bytes_max"], 2**-20),
+                     r["bubble_simulated"], r["bubble_measured"], r["bubble_overlapped"],
+                     _scaled(r["peak_activation_bytes_max"], 2**-20),
                      ",".join(o for o in overrides(run) if o not in shared)])
     text = f"Overrides every run shares: `{','.join(o for o in overrides(runs[0]) if o in shared)}`." if shared else ""
     return ([Text(text)] if text else []) + [Table(SUMMARY, rows)]
