@@ -22,7 +22,7 @@ from harness.report.zero_bubble import _peak_share, zero_bubble_study
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "bubble_attribution", "memory_per_rank",
+FIGURES = ("bubble_vs_microbatches", "bubble_measured_vs_theory", "bubble_attribution", "zero_bubble", "memory_per_rank",
            "memory_breakdown", "memory_vs_throughput", "throughput", "partition")
 
 
