@@ -41,7 +41,8 @@ def test_losses_equal_single_process_global_batch(tmp_path, config, pp, dp):
 
 @pytest.mark.dist
 @pytest.mark.parametrize("schedule", [pytest.param("interleaved_1f1b", marks=pytest.mark.slow), "zb_h1", "zbv",
-                                      "dualpipev"])
+                                      "dualpipev", pytest.param("zb_h2", marks=pytest.mark.slow),
+                                      pytest.param("zb_auto", marks=pytest.mark.slow)])
 def test_every_schedule_with_dp_trains_like_one_process(tmp_path, config, schedule):
     """pp=2 x dp=2: the zero-bubble and V schedules too (their weight gradients come in W's,
     after the backward: each stage all-reduces once its last W is done). Losses and gradients
