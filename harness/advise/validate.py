@@ -354,29 +354,48 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
 
 
 def figure(rows: list[dict], path: Path) -> None:
+    """Left: predicted against measured step, the identity and its 10% band under the points;
+    right: each point's error (predicted / measured - 1), so every point shows, emulated and
+    real in their own columns (their times are made differently)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 6))
-    for group, marker in (("emulated", "o"), ("real", "s")):
-        g = [r for r in rows if r["group"] == group]
-        if g:
-            ax.scatter([r["measured_step_s"] * 1e3 for r in g], [r["predicted_step_s"] * 1e3 for r in g], marker=marker,
-                       label=f"{group} ({len(g)})", alpha=0.8)
+    fig, (ax, err) = plt.subplots(1, 2, figsize=(12, 5.2), gridspec_kw={"width_ratios": [1, 1.2]})
     lo = min(min(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 1e3 * 0.8
     hi = max(max(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 1e3 * 1.2
     xs = [lo, hi]
-    ax.plot(xs, xs, "k-", lw=1, label="predicted = measured")
-    ax.fill_between(xs, [x * 0.9 for x in xs], [x * 1.1 for x in xs], color="0.85", label="within 10%")
+    ax.fill_between(xs, [x * 0.9 for x in xs], [x * 1.1 for x in xs], color="0.9", label="within 10%", zorder=0)
+    ax.plot(xs, xs, "-", color="0.4", lw=0.8, label="predicted = measured", zorder=1)
+    groups = [(group, marker, [r for r in rows if r["group"] == group]) for group, marker in (("emulated", "o"),
+                                                                                            ("real", "s"))]
+    x0 = 0
+    for group, marker, g in groups:
+        if not g:
+            continue
+        pts = ax.scatter([r["measured_step_s"] * 1e3 for r in g], [r["predicted_step_s"] * 1e3 for r in g],
+                         marker=marker, s=18, label=f"{group} ({len(g)})", alpha=0.85, zorder=3)
+        errors = sorted(100 * (r["predicted_step_s"] / r["measured_step_s"] - 1) for r in g)
+        err.scatter(range(x0, x0 + len(g)), errors, marker=marker, s=18, color=pts.get_facecolor()[0], zorder=3,
+                    label=f"{group} ({len(g)}), sorted")
+        x0 += len(g) + 2
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(xs)
+    ax.set_ylim(xs)
     ax.set_xlabel("measured step (ms, median of the steps)")
     ax.set_ylabel("predicted step (ms, harness.advise)")
-    ax.set_title("predicted against measured, cluster=here (native executor)", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
+    err.axhspan(-10, 10, color="0.9", zorder=0, label="within 10%")
+    err.axhline(0, color="0.4", lw=0.8, zorder=1)
+    err.set_xticks([])
+    err.set_xlabel("points, each group sorted by its error")
+    err.set_ylabel("predicted / measured - 1 (%)")
+    err.legend(fontsize=8)
+    err.grid(alpha=0.3, axis="y")
+    fig.suptitle("predicted against measured, cluster=here (native executor)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

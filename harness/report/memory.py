@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, save, schedule_order
-from harness.report.runs import ok, run_ids, setting
+from harness.report.runs import by_mode, mode, ok, run_ids, setting
 
 
 def _peaks(r: dict) -> list[int] | None:
@@ -73,7 +73,7 @@ def checkpointing_tradeoff(runs: list[dict], out: Path) -> Figure:
 
     def key(r: dict) -> tuple:
         c = r["config"]
-        return (c["schedule"]["name"], c["pp"], c["microbatches"], c["microbatch_size"], c["compute"],
+        return (c["schedule"]["name"], c["pp"], c["microbatches"], c["microbatch_size"], mode(r),
                 c.get("dp", 1), repr(c.get("model")), (c.get("partition") or {}).get("name"))
 
     on = {key(r): r for r in runs if r["config"].get("checkpointing")}
@@ -127,8 +127,12 @@ def memory_breakdown(runs: list[dict], out: Path) -> Figure:
     if len(runs) > len(picked):
         fig_.missing.append(f"runs {run_ids([r for r in runs if r not in picked])}: not drawn (six at most)")
     fig_.runs = picked
-    fig, axes = plt.subplots(1, len(picked), figsize=(4.2 * len(picked), 4.2), squeeze=False)
-    for ax, r in zip(axes[0], picked):
+    cols = min(3, len(picked))  # three across at most: six in a row is unreadable at page width
+    rows = -(-len(picked) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.9 * rows), squeeze=False)
+    for ax in axes.flat[len(picked):]:
+        ax.set_visible(False)
+    for ax, r in zip(axes.flat, picked):
         measured, theory = _breakdown(r)
         c = r["config"]
         ranks = range(len(theory))
@@ -151,7 +155,8 @@ def memory_breakdown(runs: list[dict], out: Path) -> Figure:
         ax.set_title(f"{c['schedule']['name']} pp={c['pp']} dp={c.get('dp', 1)} M={c['microbatches']}\n"
                      f"{c.get('optimizer', {}).get('name', 'sgd')} {c.get('dtype', 'fp32')} zero={c.get('zero', 0)} "
                      f"ckpt={'on' if c.get('checkpointing') else 'off'}", fontsize=8)
-    axes[0][0].set_ylabel("MiB (left: measured, right: theory)")
+    for row in axes:
+        row[0].set_ylabel("MiB (left: measured, right: theory)")
     axes[0][0].legend(fontsize=7)
     fig_.path = save(fig, out / "memory_breakdown.png", fig_.title, picked)
     return fig_
@@ -165,12 +170,15 @@ def _pareto(points: list[tuple[float, float]]) -> list[int]:
 
 def memory_vs_throughput(runs: list[dict], out: Path) -> Figure:
     """One point per run: its fullest rank's peak bytes against its throughput; the Pareto
-    front (no run has both less memory and more throughput) joined and labelled."""
+    front (no run has both less memory and more throughput) joined and labelled, one front
+    per way the times were made (compute, device, executor): a real run's speed and an
+    emulated run's are not on one scale."""
     runs = [r for r in ok(runs) if _breakdown(r)[1]]
     fig_ = Figure("Memory against throughput",
                   "Each run at (peak bytes of its fullest rank, samples per second); measured peak where the run "
                   "metered it, else theory (hollow). The line joins the Pareto front: the runs no other beats on "
-                  "both memory and speed, labelled with schedule, M, checkpointing and ZeRO.", runs)
+                  "both memory and speed, labelled with schedule, M, checkpointing and ZeRO. Runs whose times were "
+                  "made differently (compute mode, device, executor) get their own colour and front.", runs)
     if len(runs) < 2:
         fig_.missing.append("fewer than two runs with a memory breakdown")
         fig_.runs = []
@@ -182,21 +190,27 @@ def memory_vs_throughput(runs: list[dict], out: Path) -> Figure:
             return max(m["peak"] for m in measured) / 2**20, True
         return max(t["peak"] for t in theory) / 2**20, False
 
-    points = [(peak(r)[0], r["metrics"]["throughput_samples_s"]) for r in runs]
-    front = sorted(_pareto(points), key=lambda i: points[i][0])
     fig, ax = plt.subplots(figsize=(7, 4.6))
-    for r, (m, t) in zip(runs, points):
-        ax.plot(m, t, "o", color="#4c72b0", mfc="#4c72b0" if peak(r)[1] else "none", ms=6)
-    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "-", color="#c44e52", lw=1.2,
-            label="Pareto front")
-    for i in front:
-        c = runs[i]["config"]
-        ax.annotate(f"{c['schedule']['name']} M={c['microbatches']} ckpt={'on' if c.get('checkpointing') else 'off'}"
-                    f" zero={c.get('zero', 0)}", points[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
+    groups = by_mode(runs)
+    all_t = [r["metrics"]["throughput_samples_s"] for r in runs]
+    for (how, mine), color in zip(sorted(groups.items()), ("#4c72b0", "#c44e52", "#55a868", "#8172b2", "#937860")):
+        points = [(peak(r)[0], r["metrics"]["throughput_samples_s"]) for r in mine]
+        front = sorted(_pareto(points), key=lambda i: points[i][0])
+        for r, (m, t) in zip(mine, points):
+            ax.plot(m, t, "o", color=color, mfc=color if peak(r)[1] else "none", ms=6)
+        ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "-", color=color, lw=1.2,
+                label=f"Pareto front, {how}" if len(groups) > 1 else "Pareto front")
+        for i in front:
+            c = mine[i]["config"]
+            ax.annotate(f"{c['schedule']['name']} M={c['microbatches']} ckpt={'on' if c.get('checkpointing') else 'off'}"
+                        f" zero={c.get('zero', 0)}", points[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
     ax.set(xlabel="peak memory of the fullest rank (MiB)", ylabel="throughput (samples/s)")
     ax.set_xlim(left=0)
-    lo, hi = min(t for _, t in points), max(t for _, t in points)
-    ax.set_ylim(lo - 0.15 * (hi - lo or hi), hi + 0.15 * (hi - lo or hi))  # the spread, not the axis to 0
+    if len(groups) > 1:  # scales apart: a log axis keeps each group's spread visible
+        ax.set_yscale("log")
+    else:
+        lo, hi = min(all_t), max(all_t)
+        ax.set_ylim(lo - 0.15 * (hi - lo or hi), hi + 0.15 * (hi - lo or hi))  # the spread, not the axis to 0
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig_.path = save(fig, out / "memory_vs_throughput.png", fig_.title, runs)

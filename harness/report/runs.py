@@ -42,14 +42,32 @@ DIMS: dict[str, Callable[[dict], object]] = {
     "model": _model,
     "profile": _profile,
     "compute": lambda c: c["compute"],
+    "device": lambda c: c.get("device"),
     "executor": lambda c: c["executor"],
     "fwd_ms_per_layer": lambda c: (c.get("cost") or {}).get("fwd_ms_per_layer"),
 }
 SCENARIO = ("model", "profile", "compute")  # what a partition comparison holds fixed
 
 
+MODE = ("compute", "device", "executor")  # how the times were made: a figure never joins runs that differ here
+
+
 def dim(run: dict, name: str) -> object:
+    if name == "device":  # where it ran (the record's env), else what it asked for
+        return (run.get("env") or {}).get("device") or run["config"].get("device")
     return DIMS[name](run["config"])
+
+
+def mode(run: dict) -> str:
+    """`compute=real device=cpu executor=native`: the runs a trend or a front may join."""
+    return " ".join(f"{d}={dim(run, d)}" for d in MODE)
+
+
+def by_mode(runs: Iterable[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in runs:
+        out[mode(r)].append(r)
+    return dict(out)
 
 
 def varying(runs: list[dict]) -> list[str]:
@@ -96,5 +114,5 @@ def setting(r: dict) -> tuple:
     """What else sets a bubble besides schedule, N and M: runs differing in these are not
     points of one curve."""
     c = r["config"]
-    return (c["compute"], c["executor"], c["partition"]["name"], c.get("profile"), c.get("dp", 1),
+    return (mode(r), c["partition"]["name"], c.get("profile"), c.get("dp", 1),
             c.get("checkpointing", False), c["model"]["name"], c["microbatch_size"])

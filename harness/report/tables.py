@@ -64,8 +64,10 @@ SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "comput
 
 
 def overrides(run: dict) -> list[str]:
-    """A sweep directory's `key=value` overrides (`12_a=1,b=[1,2]` -> [a=1, b=[1,2]])."""
-    name = run["_dir"].split("_", 1)[1] if run_id(run).isdigit() and "_" in run["_dir"] else ""
+    """A sweep directory's `key=value` overrides (`12_a=1,b=[1,2]` -> [a=1, b=[1,2]]; a part of a
+    sweep under its own prefix too: `ckpt0_checkpointing=true` -> [checkpointing=true])."""
+    numbered = re.fullmatch(r"[A-Za-z]*\d+", run_id(run)) is not None
+    name = run["_dir"].split("_", 1)[1] if numbered and "_" in run["_dir"] else ""
     return [o for o in re.split(r",(?=[\w.+~/-]+=)", name) if o]
 
 

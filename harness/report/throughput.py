@@ -8,7 +8,7 @@ from statistics import fmean
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, say
-from harness.report.runs import dim, ok, run_ids, series, varying
+from harness.report.runs import dim, mode, ok, run_ids, series, varying
 
 
 def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
@@ -111,7 +111,7 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         c = r["config"]
-        groups.setdefault((c["schedule"]["name"], c["pp"], c["microbatches"], c["compute"], dim(r, "partition"),
+        groups.setdefault((c["schedule"]["name"], c["pp"], c["microbatches"], mode(r), dim(r, "partition"),
                            dim(r, "model"), c.get("global_batch")), []).append(r)
     scaling = {k: g for k, g in groups.items() if len({dim(r, "dp") for r in g}) > 1}
     if skipped := [r for k, g in groups.items() if k not in scaling for r in g]:
