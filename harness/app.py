@@ -84,6 +84,10 @@ def main(cfg: DictConfig) -> None:
     group = Path(hc.sweep.dir).name if sweep else "single"
     name = hc.job.override_dirname or "default"
     rank = (external_rank() or (0, 0))[0]  # torchrun's or a submitit task's rank; 0 when harness forks them
+    if not sweep and cfg.repeats != 1:
+        print(f"harness: error: repeats={cfg.repeats}: repeats are points of a sweep (allowed: 1 here; "
+              f"python -m harness -m ... repeats={cfg.repeats} runs each point that many times)", file=sys.stderr)
+        sys.exit(2)
     if cfg.resume and (why := resume_skips(out, cfg)):
         print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
         return

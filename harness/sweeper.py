@@ -177,6 +177,7 @@ class Sweeper(BasicSweeper):
         params = self._parse_config() + list(arguments)
         parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
         points = [p for batch in self.split_arguments(parsed, None) for p in batch]
+        points = repeated(points, OmegaConf.select(self.config, "repeats", default=1))
         varying = {i for i in range(len(points[0]) if points else 0) if len({p[i] for p in points}) > 1}
 
         cuda = cuda_devices()
@@ -225,6 +226,22 @@ class Sweeper(BasicSweeper):
         finally:
             gc.unfreeze()
         return returns
+
+
+def repeated(points: list[Sequence[str]], repeats: Any) -> list[Sequence[str]]:
+    """Every point `repeats` times as repeat=0..repeats-1, the repeats outermost: each point's
+    repeats are spread over the sweep, so a machine that drifts (load, heat) moves all points
+    alike instead of biasing the ones that happened to run late. Bad values exit 2 in one line."""
+    if repeats == 1 or not points:
+        return points
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        print(f"harness: error: repeats={repeats!r}: must be an integer >= 1", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if any(o.split("=", 1)[0].lstrip("+~") == "repeat" for o in points[0]):
+        print(f"harness: error: repeats={repeats} with repeat swept too: repeats makes repeat=0..{repeats - 1} "
+              "(allowed: one or the other)", file=sys.stderr, flush=True)
+        sys.exit(2)
+    return [[*p, f"repeat={r}"] for r in range(repeats) for p in points]
 
 
 def segments(points: list[Sequence[str]], skipped: set[int], max_batch: int | None) -> list[tuple[int, list]]:

@@ -59,3 +59,35 @@ def test_a_failing_point_does_not_stop_the_sweep(tmp_path, harness, report):
     assert r.returncode == 0, r.stderr
     index = (tmp_path / "rep" / "sweep" / "index.md").read_text()
     assert "## Not ok" in index and "injected fault" in index and "corrupt/result.json" in index
+
+
+def test_repeats_are_interleaved_and_the_report_says_what_is_within_the_noise(tmp_path, harness, report):
+    """repeats=2: every point twice as repeat=0,1, the repeats outermost (a drifting machine
+    moves every point alike); each record carries its intervals; the report's noise table
+    compares schedules over their repeats."""
+    sweep = tmp_path / "rep"
+    p = harness("-m", "schedule=gpipe,1f1b", "pp=2", "microbatches=4", "executor=sim", "repeats=2", "steps=2",
+                "wandb.mode=disabled", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    jobs = sorted(sweep.glob("*_*/result.json"), key=lambda f: int(f.parent.name.split("_")[0]))
+    runs = [json.loads(f.read_text()) for f in jobs]
+    assert [(r["config"]["schedule"]["name"], r["config"]["repeat"]) for r in runs] == [
+        ("gpipe", 0), ("1f1b", 0), ("gpipe", 1), ("1f1b", 1)]
+    for r in runs:
+        lo, hi = r["metrics"]["intervals"]["step_time_s"]
+        assert lo <= r["metrics"]["step_time_s"] <= hi
+    r = report(str(sweep), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "out" / "rep" / "index.md").read_text()
+    assert "## Within the noise" in md and "| 2 repeats |" in md and "fastest" in md
+
+
+@pytest.mark.parametrize("args,said", [
+    (["-m", "pp=2", "repeats=0"], "repeats=0: must be an integer >= 1"),
+    (["-m", "pp=2", "repeats=2", "repeat=0,1"], "repeats=2 with repeat swept too"),
+    (["pp=2", "repeats=2"], "repeats=2: repeats are points of a sweep"),
+])
+def test_bad_repeats_are_one_line(tmp_path, harness, args, said):
+    p = harness(*args, "executor=sim", "wandb.mode=disabled", f"hydra.sweep.dir={tmp_path / 's'}",
+                f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    assert p.returncode == 2 and said in p.stderr and p.stderr.count("harness: error") == 1, p.stderr

@@ -28,9 +28,12 @@ def _simulated_runs(runs: list[dict]) -> bool:
     return all((r.get("plan") or {}).get("simulated", r["config"]["executor"] == "sim") for r in runs)
 
 
-def _spread(b: dict) -> list[list[float]]:
-    """Error bar of a run's bubble: the interquartile range over its measured steps."""
-    lo, hi = b.get("measured_step_iqr") or [min(b["measured_per_step"]), max(b["measured_per_step"])]
+def _spread(r: dict) -> list[list[float]]:
+    """Error bar of a run's bubble: its 95% interval over the measured steps (records before
+    intervals: the interquartile range)."""
+    b = r["metrics"]["bubble"]
+    ci = (r["metrics"].get("intervals") or {}).get("bubble")
+    lo, hi = ci or b.get("measured_step_iqr") or [min(b["measured_per_step"]), max(b["measured_per_step"])]
     return [[max(0.0, b["measured"] - lo)], [max(0.0, hi - b["measured"])]]
 
 
@@ -46,7 +49,7 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     fig_ = Figure("Bubble against microbatches",
                   "Lines: each schedule's theory in the runs' costs ((N-1)/(M+N-1) for GPipe and 1F1B, its own for "
                   "the others). Filled markers: measured (mean idle fraction of the step window over ranks; bars: "
-                  "the interquartile range over measured steps; x: oversubscribed, CPU contention). Hollow: the "
+                  "its 95% interval over the measured steps; x: oversubscribed, CPU contention). Hollow: the "
                   "simulator fed with each run's own measured op costs and hop latency.", runs)
     if not runs:
         fig_.missing.append("no run finished ok")
@@ -72,7 +75,7 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
             ax.plot([], [], "o", color=colors[s], label=s)
         for r in mine:
             b, m, color = r["metrics"]["bubble"], r["config"]["microbatches"], colors[schedule_label(r["config"])]
-            ax.errorbar(m, b["measured"], yerr=_spread(b), fmt="o", color=color, ms=5, capsize=2)
+            ax.errorbar(m, b["measured"], yerr=_spread(r), fmt="o", color=color, ms=5, capsize=2)
             if (r.get("env") or {}).get("oversubscribed"):
                 ax.plot(m, b["measured"], "x", color="black", ms=9, mew=1.5)
             if b.get("simulated") is not None and not sim:

@@ -16,6 +16,7 @@ from harness.report.figures import Figure, provenance
 from harness.report.gallery import gallery
 from harness.report.html import page
 from harness.report.load import Sweep
+from harness.report.noise import noise_section
 from harness.report.memory import checkpointing_tradeoff, memory_breakdown, memory_per_rank, memory_vs_throughput
 from harness.report.runs import ok
 from harness.report.tables import summary, write_csv
@@ -98,7 +99,8 @@ def build_report(sweep: Sweep, out: Path) -> Path:
     """Writes the report into out; returns index.md (index.html beside it)."""
     out.mkdir(parents=True, exist_ok=True)
     write_csv(sweep, out / "runs.csv")
-    blocks = header(sweep) + [Heading("Runs"), *summary(sweep.runs)] + problems(sweep)
+    blocks = header(sweep) + [Heading("Runs"), *summary(sweep.runs)] + problems(sweep) + guarded(noise_section,
+                                                                                                  sweep.runs)
     for make in FIGURES:
         blocks += figure_section(safely(make, sweep.runs, out))
     blocks += guarded(partition_section, sweep.runs, out) + guarded(peer_section, sweep.runs) + guarded(

@@ -14,8 +14,8 @@ from harness.report.runs import dim, run_id, schedule_label
 
 COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatches", "microbatch_size", "model",
            "partition", "layers_per_stage", "compute", "executor", "device", "checkpointing", "step_time_s",
-           "throughput_samples_s", "tflops_per_device", "mfu", "hfu", "bubble_theory", "bubble_simulated",
-           "bubble_measured", "bubble_overlapped", "peak_activation_bytes_max", "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
+           "step_time_lo_s", "step_time_hi_s", "throughput_samples_s", "tflops_per_device", "mfu", "hfu", "bubble_theory", "bubble_simulated",
+           "bubble_measured", "bubble_lo", "bubble_hi", "bubble_overlapped", "peak_activation_bytes_max", "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
 
 
 def row(run: dict) -> dict:
@@ -23,6 +23,8 @@ def row(run: dict) -> dict:
     b, stages = m.get("bubble") or {}, m.get("stage_time_s")
     peaks = m["memory"]["peak_activation_bytes_per_rank"] if m else None
     f = m.get("flops") or {}
+    ci = m.get("intervals") or {}
+    step_ci, bubble_ci = ci.get("step_time_s") or [None, None], ci.get("bubble") or [None, None]
     return {
         "run": run["_dir"], "status": run["status"], "schedule": schedule_label(c),
         "virtual_stages": c.get("virtual_stages", 1), "pp": c["pp"], "dp": c.get("dp", 1),
@@ -30,10 +32,11 @@ def row(run: dict) -> dict:
         "partition": dim(run, "partition"), "layers_per_stage": (run.get("partition") or {}).get("layers_per_stage"),
         "compute": c["compute"], "executor": c["executor"],
         "device": (run.get("env") or {}).get("device", c.get("device")), "checkpointing": c.get("checkpointing", False),
-        "step_time_s": m.get("step_time_s"), "throughput_samples_s": m.get("throughput_samples_s"),
+        "step_time_s": m.get("step_time_s"), "step_time_lo_s": step_ci[0], "step_time_hi_s": step_ci[1],
+        "throughput_samples_s": m.get("throughput_samples_s"),
         "tflops_per_device": f.get("tflops_per_device"), "mfu": f.get("mfu"), "hfu": f.get("hfu"),
         "bubble_theory": b.get("theory"), "bubble_simulated": b.get("simulated"), "bubble_measured": b.get("measured"),
-        "bubble_overlapped": b.get("steady_measured"),
+        "bubble_lo": bubble_ci[0], "bubble_hi": bubble_ci[1], "bubble_overlapped": b.get("steady_measured"),
         "peak_activation_bytes_max": max(peaks) if peaks else None, "stage_time_max_s": max(stages) if stages else None,
         "measured_imbalance": m.get("measured_imbalance"), "recompute_s": m.get("recompute_s"),
         "final_loss": (m.get("losses") or [None])[-1], "error": run.get("error"),
@@ -58,7 +61,7 @@ def write_csv(sweep: Sweep, path: Path) -> None:
         w.writerows(rows)
 
 
-SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "samples/s",
+SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "95%", "samples/s",
            "TFLOP/s/dev", "MFU", "bubble theory", "simulated", "measured", "overlapped", "peak act. MiB",
            "other overrides"]
 
@@ -79,13 +82,18 @@ def summary(runs: list[dict]) -> list[Block]:
         r = row(run)
         rows.append([run_id(run), r["status"], schedule_label(run["config"]), r["pp"], r["dp"], r["microbatches"],
                      r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
-                     _scaled(r["step_time_s"], 1e3), r["throughput_samples_s"], r["tflops_per_device"],
+                     _scaled(r["step_time_s"], 1e3), _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3),
+                     r["throughput_samples_s"], r["tflops_per_device"],
                      "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble_theory"],
                      r["bubble_simulated"], r["bubble_measured"], r["bubble_overlapped"],
                      _scaled(r["peak_activation_bytes_max"], 2**-20),
                      ",".join(o for o in overrides(run) if o not in shared)])
     text = f"Overrides every run shares: `{','.join(o for o in overrides(runs[0]) if o in shared)}`." if shared else ""
     return ([Text(text)] if text else []) + [Table(SUMMARY, rows)]
+
+
+def _span(lo: float | None, hi: float | None, k: float) -> str:
+    return "" if lo is None or hi is None else f"{lo * k:.4g}-{hi * k:.4g}"
 
 
 def _scaled(v: float | None, k: float) -> float | None:

@@ -7,16 +7,22 @@ from statistics import fmean
 
 import matplotlib.pyplot as plt
 
+from harness.intervals import interval
 from harness.report.figures import Figure, log2_x, save, say
 from harness.report.runs import dim, mode, ok, run_ids, series, varying
 
 
 def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
     """Every run as a point (with `spread(r)` as its error bar), the line through the mean at
-    each x (repeats of a point stay visible)."""
+    each x (repeats of a point stay visible) and, where an x has repeats, the 95% interval of
+    their mean as a band."""
     xs = sorted({dim(r, x) for r in runs})
-    line = ax.plot(xs, [fmean(y(r) for r in runs if dim(r, x) == v) for v in xs], style, lw=1.2, label=label, **kw)
+    at = {v: [y(r) for r in runs if dim(r, x) == v] for v in xs}
+    line = ax.plot(xs, [fmean(at[v]) for v in xs], style, lw=1.2, label=label, **kw)
     color = line[0].get_color()
+    if any(len(vs) > 1 for vs in at.values()):
+        band = [interval(at[v], fmean) for v in xs]
+        ax.fill_between(xs, [b[0] for b in band], [b[1] for b in band], color=color, alpha=0.15, lw=0)
     for r in runs:
         err = spread(r) if spread else None
         ax.errorbar(dim(r, x), y(r), yerr=err, fmt="o", ms=4, color=color, capsize=2 if err else 0)
@@ -27,12 +33,16 @@ def _samples_s(r: dict) -> float:
 
 
 def _samples_spread(r: dict) -> list[list[float]] | None:
-    """Throughput's error bar from the interquartile range of the run's step times."""
+    """Throughput's error bar: its 95% interval over the run's steps (records before intervals:
+    from the interquartile range of its step times)."""
     m = r["metrics"]
+    y = _samples_s(r)
+    if ci := (m.get("intervals") or {}).get("throughput_samples_s"):
+        return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
     if not m.get("step_time_iqr_s"):
         return None
     q1, q3 = m["step_time_iqr_s"]
-    y, samples = _samples_s(r), _samples_s(r) * m["step_time_s"]
+    samples = y * m["step_time_s"]
     return [[max(0.0, y - samples / q3)], [max(0.0, samples / q1 - y)]]
 
 
@@ -74,7 +84,8 @@ def throughput(runs: list[dict], out: Path) -> Figure:
     fig_ = Figure("Throughput against M and microbatch size",
                   "Samples per second (M x B x dp / median step time) against the microbatch count M (left) and the "
                   "microbatch size B (right); one line per combination of the other swept dimensions, through the "
-                  "mean of repeated points. More microbatches shrink the bubble; larger ones use each op better.", runs)
+                  "mean of repeated points (band: the 95% interval of that mean; bars: each run's over its steps). "
+                  "More microbatches shrink the bubble; larger ones use each op better.", runs)
     if not runs:
         fig_.missing.append("no run finished ok")
         return fig_
