@@ -16,13 +16,15 @@ import pytest
 
 from harness.advise.__main__ import main as advise_main
 from harness.advise.problem import build_problem
-from harness.advise.search import AdviseError, Point, Problem, Space, evaluate, predict, search
+from harness.advise.report import commands, to_json
+from harness.advise.search import (AdviseError, Point, Problem, Space, auto_bound, budget_limit, evaluate, holding,
+                                   predict, search, searchable)
 from harness.compose import cluster_from_dict, compose_config
 from harness.config import Config, PartitionConfig, set_keys
 from harness.memory_theory import trace_stage
 from harness.model.built import BuiltModel
 from harness.plan import make_plan
-from harness.schedules.registry import build, requirements
+from harness.schedules.registry import build, built_in, requirements
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 
@@ -315,10 +317,13 @@ def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
     from harness.checks import validate
 
     checked = 0
+    composed: dict[tuple[str, ...], Config] = {}  # torchrun's and SLURM's keys are the same: composed once
     for x in json.loads((out / "advice.json").read_text())["points"]:
         for where, cmd in x.get("commands", {}).items():
             keys = _harness_args(cmd)
-            c = compose_config(keys)
+            if tuple(keys) not in composed:
+                composed[tuple(keys)] = compose_config(keys)
+            c = composed[tuple(keys)]
             world = c.pp * c.dp
             if where == "predicted":
                 assert keys[:1 + len(cluster_keys)] == ["executor=sim", *cluster_keys], keys
@@ -338,13 +343,28 @@ def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
 @pytest.mark.sweep  # end to end through both CLIs
 def test_every_printed_command_validates_and_reproduces_its_prediction(tmp_path, monkeypatch):
     """cluster=here with the emulated H200 replay: each top point's command runs here as
-    printed, and with executor=sim reproduces the predicted step and memory."""
+    printed, and with executor=sim reproduces the predicted step and memory. Every built-in and
+    zb_auto are searched by default: zb_auto's points left out only for the reasons the search
+    gives, those it kept at limit 1 or 2 (the budget is the host's: up to 2 pp microbatches)
+    and fitting; the zero-bubble schedules searched at dp > 1 with their all-reduce."""
+    from harness.advise.__main__ import parser
+
+    assert "zb_auto" in searchable() and set(built_in()) < set(searchable())
+    assert parser().parse_args([]).schedules == list(searchable())
     monkeypatch.chdir(ROOT)
     out = tmp_path / "advice"
     assert advise_main(["cluster=here", "+scenario=h200_emulated", "cost.time_scale=2", "--global-batch", "16",
                         "--gpus", "4", "--pp", "2", "4", "--microbatch-sizes", "1", "2", "--virtual-stages", "2",
                         "--checkpointing", "off", "--zero", "0", "--out", str(out)]) == 0
     assert _reproduces(out, ["cluster=here"], cuda=False) == 5 * 2
+    doc = json.loads((out / "advice.json").read_text())
+    auto = [x for x in doc["points"] if x["overrides"]["schedule"] == "zb_auto"]
+    assert auto and all(x["fits"] and x["memory_limit"] in (1, 2) for x in auto)
+    assert {why for why in doc["search"]["left_out"] if "zb_auto" in why} <= {
+        "zb_auto: its lower bound is slower than the 5th fastest point of the others"}
+    for name in ("zb_h1", "zb_h2", "zbv", "dualpipev", "zb_auto"):
+        at_dp = [x for x in doc["points"] if x["overrides"]["schedule"] == name and x["overrides"]["dp"] > 1]
+        assert at_dp and all(x["allreduce_s"] > 0 for x in at_dp), name
 
 
 @pytest.mark.sweep  # end to end through both CLIs
@@ -369,6 +389,72 @@ def test_the_70b_example_commands_validate_and_reproduce(tmp_path, monkeypatch, 
     m = json.loads((tmp_path / "run" / "result.json").read_text())["metrics"]
     assert m["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-6)
     assert max(r["peak"] for r in m["memory"]["theory_per_rank"]) == pytest.approx(best["peak_bytes_per_gpu"], rel=1e-6)
+
+
+# -- schedule=zb_auto: an order generated per point ----------------------------------------
+HERE = ["cluster=here", "+scenario=h200_emulated", "cost.time_scale=2"]
+AUTO_SPACE = Space(schedules=("zb_auto",), pp=(4,), gpus=4, microbatch_sizes=(2,), checkpointing=(False,), zero=(0,))
+
+
+def _reproduced(p: Problem, x) -> None:
+    """x's printed `predicted` command, as typed, gives its step and peak memory (and label)."""
+    cmd = commands(p, x)["predicted"]
+    got = predict(compose_config(_harness_args(cmd)))
+    assert got.step_time_s == pytest.approx(x.step_time_s, rel=1e-6), cmd
+    assert got.memory.peak == pytest.approx(x.memory.peak, rel=1e-6), cmd
+    assert got.point.label() == x.point.label(), cmd
+
+
+def test_zb_auto_is_searched_at_the_largest_memory_limit_the_budget_allows(monkeypatch):
+    """zb_auto's points come at memory limit 1 and the largest the budget allows in steps of 1/pp,
+    from the memory theory alone (`holding`: a rank holding L microbatches, whole or deferred,
+    its gradients and a recompute). A budget between holding 3 and 4 at pp=4 (M=8): limit 3/4,
+    the largest (at 3/4 + 1/4 a rank could hold more than the budget), limit 1 left out with
+    its reason; the point fits, within what holding 3 says whatever order was generated; its
+    printed command, schedule=zb_auto schedule.memory_limit=0.75, reproduces its step and memory;
+    its lower bound (what the search leaves zb_auto out by) is below its step. --memory-limits'
+    values are tried as given, over budget or not."""
+    monkeypatch.chdir(ROOT)
+    probe = build_problem(HERE, 16)
+    pt = Point("zb_auto", 4, 8, 1, 1, 2, False, 0, "pp_inner", 1.0)
+    held = [holding(probe, pt.config(probe.config), n).peak for n in range(9)]
+    assert all(a < b for a, b in zip(held[1:], held[2:]))  # each microbatch more holds more
+    gib = probe.cluster.memory_reserve_gib + (held[3] + held[4]) / 2 / 2**30
+    p = build_problem(HERE + [f"cluster.memory_per_gpu_gib={gib!r}"], 16)
+    c, usable = pt.config(p.config), p.cluster.usable_bytes
+    assert holding(p, c, 3).peak <= usable < holding(p, c, 4).peak
+    assert budget_limit(p, c, 8) == 3 == max(n for n in range(9) if holding(p, c, n).peak <= usable)
+    r = search(p, AUTO_SPACE, workers=1)
+    [x] = r.predictions
+    assert x.point.memory_limit == 0.75 and x.fits and x.memory.peak <= holding(p, c, 3).peak
+    assert x.point.label() == "zb_auto pp=4 dp=1 M=8 B=2 memory_limit=0.75"
+    assert any(why.startswith("zb_auto: memory_limit=1 holds more") for why in r.dropped)
+    assert "schedule=zb_auto schedule.memory_limit=0.75 " in commands(p, x)["predicted"]
+    _reproduced(p, x)
+    given = search(p, replace(AUTO_SPACE, memory_limits=(0.5, 2)), workers=1).predictions
+    assert sorted(y.point.memory_limit for y in given) == [0.5, 2.0]
+    for y in [x, *given]:
+        assert auto_bound(p, y.point) <= y.step_time_s * (1 + 1e-9), y.point.label()
+    doc = to_json(p, r, 5)
+    assert doc["points"][0]["memory_limit"] == 0.75 and doc["points"][0]["overrides"]["schedule.memory_limit"] == 0.75
+
+
+def test_memory_limits_are_read_apart_or_comma_separated_and_bad_ones_are_one_line(capsys, monkeypatch):
+    """--memory-limits 1 2, 1,2, or budget; a value that is not a number > 0 is one line naming
+    the flag, the value and what is allowed, exit 2, before the model is built or a point searched."""
+    from harness.advise import __main__ as cli
+
+    assert cli.memory_limits(["budget"]) is None
+    assert cli.memory_limits(["1,2"]) == cli.memory_limits(["1", "2"]) == (1.0, 2.0)
+    monkeypatch.setattr(cli, "search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr("harness.advise.problem.build_problem", lambda *a, **k: pytest.fail("built"))
+    for value, shown in (("0", "0"), ("abc", "abc"), ("inf", "inf"), ("1,-2", "-2"), (",", "(none)")):
+        assert advise_main(["cluster=here", "--global-batch", "8", "--memory-limits", value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith(f"harness.advise: error: --memory-limits {shown}: allowed: "
+                                                       "numbers > 0"), err
+    with pytest.raises(AdviseError, match=r"^--memory-limits 0: allowed"):
+        search(_problem(config(), cluster(), 8), Space(memory_limits=(0,)))
 
 
 # -- predictions against runs on this machine ----------------------------------------------
@@ -519,9 +605,10 @@ def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path
         assert x["hfu"] == pytest.approx(x["mfu"] * (4 / 3 if x["overrides"]["checkpointing"] else 1), rel=1e-9)
     md = (out / "advice.md").read_text()
     assert "**derived**" in md and "MFU" in md and "--blocks 1" in md
-    # zb_h1, zbv and dualpipev at dp > 1 are points like any other (each stage syncs after its
-    # last W): fitting, priced with their all-reduce
-    for name in ("zb_h1", "zbv", "dualpipev"):
-        mine = [x for x in doc["points"] if x["overrides"]["schedule"] == name and x["overrides"]["dp"] > 1 and x["fits"]]
+    # the zero-bubble schedules at dp > 1 are points like any other (each stage syncs after its
+    # last W), priced with their all-reduce; some fit
+    for name in ("zb_h1", "zb_h2", "zbv", "dualpipev"):
+        mine = [x for x in doc["points"] if x["overrides"]["schedule"] == name and x["overrides"]["dp"] > 1]
         assert mine and all(x["allreduce_s"] > 0 for x in mine), name
+    assert any(x["fits"] for x in doc["points"] if x["overrides"]["schedule"] in ("zbv", "dualpipev"))
 

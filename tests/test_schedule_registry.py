@@ -25,10 +25,11 @@ def toy():
 
 def test_every_list_of_schedules_is_the_registry():
     from harness.advise.__main__ import parser
+    from harness.advise.search import searchable
     from harness.report.figures import schedule_order
 
     assert list(SCHEDULES)[:7] == ["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zbv", "dualpipev"]
-    assert parser().parse_args([]).schedules == list(built_in())
+    assert parser().parse_args([]).schedules == list(searchable()) == [*built_in(), "zb_auto"]
     assert schedule_order({"csv", "zbv", "gpipe"}) == ["gpipe", "zbv", "csv"]
     for name in built_in():
         spec = SCHEDULES[name]

@@ -1,6 +1,8 @@
 """`python -m harness.advise [key=value ...] cluster=<preset> --global-batch N [options]`:
 search schedule x pp x dp x M x v x checkpointing x ZeRO x placement for a model on a cluster
 and write advice.json, advice.md, advice.html and advice.png (harness/advise/__init__.py says how).
+schedule=zb_auto (an order generated for each point's costs) is searched at memory limits 1 and
+the largest the memory budget allows (harness/advise/search.py); --memory-limits fixes them.
 
 Keys are python -m harness's (model=..., model.layers=..., dtype=..., optimizer=..., profile=...,
 cost.time_scale=..., +scenario=...), `cluster=<preset>` and `cluster.<key>=<value>` among them
@@ -14,20 +16,21 @@ head) is expanded by kind. Examples:
   python -m harness.advise cluster=here +scenario=h200_emulated --global-batch 16 --gpus 4
 
 Bad input (no such cluster, a global batch nothing divides, a space empty after the
-constraints, a cluster whose GPUs hold no point) is one line naming why, exit 2.
+constraints, a cluster whose GPUs hold no point, a memory limit that is not a number > 0) is
+one line naming why, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
 
 from harness.config import PLACEMENTS
-from harness.schedules.registry import built_in
 
-from .search import AdviseError, Prediction, Space, search
+from .search import MEMORY_LIMITS_ALLOWED, AdviseError, Prediction, Space, search, searchable
 
 
 def _bools(v: str) -> tuple[bool, ...]:
@@ -42,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=None, help="output directory (default runs/advise/<time>)")
     ap.add_argument("--top", type=int, default=5, help="how many points get run commands")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs a point uses (pp x dp; default: the whole cluster)")
-    ap.add_argument("--schedules", nargs="+", default=list(built_in()), choices=built_in())
+    ap.add_argument("--schedules", nargs="+", default=list(searchable()), choices=searchable())
     ap.add_argument("--pp", type=int, nargs="+", default=None)
     ap.add_argument("--dp", type=int, nargs="+", default=None, help="default: gpus / pp")
     ap.add_argument("--microbatch-sizes", type=int, nargs="+", default=None,
@@ -54,7 +57,28 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-microbatches", type=int, default=1024)
     ap.add_argument("--max-microbatch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=None, help="processes evaluating points (default: the cores)")
+    ap.add_argument("--memory-limits", nargs="+", default=["budget"], metavar="LIMIT",
+                    help="zb_auto's schedule.memory_limit values, in units of 1F1B's peak (pp microbatches per rank), "
+                         "e.g. 1 2 or 1,2 (default budget: 1 and the largest the memory budget allows)")
     return ap
+
+
+def memory_limits(values: list[str]) -> tuple[float, ...] | None:
+    """--memory-limits as the search takes them: None for `budget`, else numbers > 0 (given
+    apart or comma-separated); AdviseError (one line) naming a bad one."""
+    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if items == ["budget"]:
+        return None
+    out: list[float] = []
+    for v in items or ["(none)"]:
+        try:
+            x = float(v)
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            raise AdviseError(f"--memory-limits {v}: {MEMORY_LIMITS_ALLOWED}")
+        out.append(x)
+    return tuple(out)
 
 
 def _progress():
@@ -83,13 +107,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         out = args.out or Path("runs/advise") / time.strftime("%Y-%m-%d_%H-%M-%S")
+        limits = memory_limits(args.memory_limits)
         problem = build_problem(args.overrides, args.global_batch)
         space = Space(schedules=tuple(args.schedules), pp=tuple(args.pp) if args.pp else None,
                       dp=tuple(args.dp) if args.dp else None,
                       microbatch_sizes=tuple(args.microbatch_sizes) if args.microbatch_sizes else None,
                       virtual_stages=tuple(args.virtual_stages), checkpointing=_bools(args.checkpointing),
                       zero=tuple(args.zero), placements=tuple(args.placements), gpus=args.gpus,
-                      max_microbatches=args.max_microbatches, max_microbatch_size=args.max_microbatch_size)
+                      max_microbatches=args.max_microbatches, max_microbatch_size=args.max_microbatch_size,
+                      memory_limits=limits, auto_top=max(1, args.top))
         c = problem.config
         print(f"harness.advise: {model_title(c.model, problem.model)} ({problem.num_layers} layers, {c.dtype}, "
               f"{c.optimizer.name}) on {problem.cluster.name}, global batch {problem.global_batch}", flush=True)

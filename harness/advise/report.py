@@ -21,7 +21,7 @@ from .figure import Frame, figure
 from .page import blocks, model_title
 from .compute import compute_summary
 from .problem import shown
-from .search import GIB, Prediction, Problem, Result
+from .search import GIB, Prediction, Problem, Result, limit_text
 
 
 def assumptions(p: Problem, r: Result | None = None) -> list[str]:
@@ -71,10 +71,30 @@ def assumptions(p: Problem, r: Result | None = None) -> list[str]:
                    f"compute's F and B over the profile's x{o.real_fwd_scale}, x{o.real_bwd_scale}")
     else:
         out.append("executor overhead: none modeled (not measured on this cluster)")
-    planned = sorted({note for x in r.predictions for note in x.notes}) if r is not None else []
+    planned = sorted({note for x in r.predictions for note in x.notes if not note.startswith(AUTO_NOTE)}) \
+        if r is not None else []
     if c.profile:  # as the commands name it: from where they run
         planned = [note.replace(c.profile, shown(c.profile)) for note in planned]
-    return out + list(p.notes) + planned
+    return out + list(p.notes) + planned + ([auto_assumption(r)] if r is not None and _auto(r) else [])
+
+
+AUTO_NOTE = "schedule=zb_auto:"
+
+
+def _auto(r: Result) -> list[Prediction]:
+    return [x for x in r.predictions if x.point.memory_limit is not None]
+
+
+def auto_assumption(r: Result) -> str:
+    """One line for zb_auto's points (each plan's own note says how its order was made)."""
+    xs = _auto(r)
+    best = min(xs, key=lambda x: x.rank or math.inf)
+    note = next((n for n in best.notes if n.startswith(AUTO_NOTE)), "")
+    left = sum(n for why, n in r.dropped.items() if why.startswith("zb_auto:"))
+    return (f"schedule=zb_auto: {len(xs)} points, each with its own zero-bubble order generated in planning for its "
+            f"priced costs and memory limit (harness/schedules/auto.py), at memory limit 1 and the largest the memory "
+            f"theory lets fit, or as --memory-limits gave them; {left} more left out (their reasons below); its best, "
+            f"{best.point.label()}: {note.removeprefix(AUTO_NOTE).strip()}")
 
 
 def _value(v: object) -> str:
@@ -89,8 +109,10 @@ def run_overrides(p: Problem, x: Prediction) -> list[str]:
     the point's keys."""
     o = x.point.overrides()
     keys = list(p.overrides)
-    keys += [f"schedule={o['schedule']}", f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}",
-             f"global_batch={p.global_batch}"]
+    keys.append(f"schedule={o['schedule']}")
+    if x.point.memory_limit is not None:
+        keys.append(f"schedule.memory_limit={limit_text(x.point.memory_limit)}")
+    keys += [f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}", f"global_batch={p.global_batch}"]
     if SCHEDULES[x.point.schedule].reads_virtual_stages:
         keys.append(f"virtual_stages={o['virtual_stages']}")
     keys += [f"checkpointing={_value(o['checkpointing'])}", f"zero={o['zero']}"]

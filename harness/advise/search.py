@@ -14,27 +14,73 @@ reproduce its prediction exactly (tests/test_advise.py).
 Two choices of the search's own, not of validity: at pp=1 only 1f1b (one stage has nothing to
 overlap: every schedule takes its time, with at least its memory), and placements that put
 every message and every all-reduce on the same links are one point (pp_inner kept).
+
+schedule=zb_auto (harness/schedules/auto.py: a zero-bubble order generated in planning for the
+point's own priced costs, each rank holding at most `schedule.memory_limit` x pp microbatches'
+activations) is searched beside the built-ins. Its decisions (the README's planner section):
+- Two memory limits per point (Space.memory_limits None), in steps of 1/pp (L microbatches per
+  rank, limit L / pp): 1.0, the zero-bubble paper's ZB-1p (1F1B's pp on its first rank), and
+  the largest L the memory budget allows, at most min(M, 2 pp) (M: no rank holds more; 2 pp:
+  the paper's ZB-2p, past which it finds nothing to gain). That L comes from the memory theory
+  alone (`holding`: each rank's parameters, gradients, optimizer state and ZeRO shard, L of its
+  stage's microbatches held whole or deferred between I and W, a checkpointed backward's
+  recompute; `budget_limit`: a few evaluations, never an order generated per L). Every order the
+  generator makes holds at most L, so the point fits whatever order it picks; at L + 1 a rank
+  could pass the budget (tests/test_advise.py). Limits that hold as many microbatches
+  (min(L, M)) are one point (1.0 kept); where 1.0 holds more than the budget allows, or not one
+  microbatch fits, zb_auto is left out there with that reason. The limit is L / pp exactly,
+  printed as Python writes the float (0.5625, 1.3333333333333333), read back as L.
+  `--memory-limits 1 2` (Space.memory_limits) tries exactly the limits given, over budget or not.
+- Only where it can rank in the top k (Space.auto_top, the CLI's --top): generation costs up to
+  seconds a point, so zb_auto's points are predicted after the others and generated only where
+  `auto_bound`, a lower bound of their step from the priced costs alone, beats the k-th fastest
+  fitting point of the others; the rest are left out with that reason. No order within the
+  limit could enter the top k there, so the top k are what generating every point would give.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from harness.checks import validate
-from harness.config import PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
+from harness.checks import check_stages, validate
+from harness.config import (DTYPE_BYTES, PLACEMENTS, AutoScheduleConfig, Config, ConfigError,
+                            planned_microbatch_size, set_keys)
 from harness.flops import flops_of
-from harness.memory_theory import Layout, RankBytes, fullest
+from harness.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
 from harness.model.built import BuiltModel
-from harness.plan import Plan, host_cores, make_plan
+from harness.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
 from harness.result import Flops
+from harness.schedules.auto import limit_of
+from harness.schedules.ir import Action, Kind
 from harness.schedules.registry import SCHEDULES, built_in, chunks_per_rank
 from harness.simulate import engine, links
+from harness.simulate.cost import CostModel
+from harness.simulate.pricing import price
 
 GIB = 2**30
+AUTO = "zb_auto"  # the schedule generated per point (harness/schedules/auto.py)
+
+
+def searchable() -> tuple[str, ...]:
+    """The schedules the planner searches: every built-in and zb_auto (generated for each
+    point's costs); csv is the user's file."""
+    return built_in() + tuple(name for name in (AUTO,) if name in SCHEDULES)
+
+
+def limit_text(x: float) -> str:
+    """A memory limit as the commands print it: the shortest text Python reads back as the same
+    float (1, 1.5, 0.375, 1.3333333333333333: L / pp exactly, so the harness reads L)."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def limit_label(x: float) -> str:
+    """A memory limit as a point's label shows it (4 significant digits)."""
+    return f"{x:.4g}"
 
 
 class AdviseError(ValueError):
@@ -52,6 +98,7 @@ class Point:
     checkpointing: bool
     zero: int
     placement: str
+    memory_limit: float | None = None  # zb_auto's schedule.memory_limit (units of 1F1B's peak); None for the others
 
     @property
     def chunks(self) -> int:
@@ -59,21 +106,27 @@ class Point:
 
     def overrides(self) -> dict[str, object]:
         """The harness's keys for this point (global_batch sets B = it / (dp x M))."""
-        return {"schedule": self.schedule, "pp": self.pp, "dp": self.dp, "microbatches": self.microbatches,
-                "microbatch_size": self.microbatch_size, "virtual_stages": self.virtual_stages,
-                "checkpointing": self.checkpointing, "zero": self.zero, "placement": self.placement}
+        o: dict[str, object] = {"schedule": self.schedule}
+        if self.memory_limit is not None:
+            o["schedule.memory_limit"] = self.memory_limit
+        return o | {"pp": self.pp, "dp": self.dp, "microbatches": self.microbatches,
+                    "microbatch_size": self.microbatch_size, "virtual_stages": self.virtual_stages,
+                    "checkpointing": self.checkpointing, "zero": self.zero, "placement": self.placement}
 
     def config(self, base: Config) -> Config:
         """`base` with this point's keys (B set by its global batch, dp x M x B, as the printed
         commands set it)."""
-        return replace(base, schedule=replace(base.schedule, name=self.schedule), pp=self.pp, dp=self.dp,
+        schedule = (AutoScheduleConfig(memory_limit=self.memory_limit) if self.memory_limit is not None
+                    else replace(base.schedule, name=self.schedule))
+        return replace(base, schedule=schedule, pp=self.pp, dp=self.dp,
                        microbatches=self.microbatches, global_batch=self.dp * self.microbatches * self.microbatch_size,
                        virtual_stages=self.virtual_stages, checkpointing=self.checkpointing, zero=self.zero,
                        placement=self.placement)
 
     def label(self) -> str:
         v = f" v={self.virtual_stages}" if SCHEDULES[self.schedule].reads_virtual_stages else ""
-        return (f"{self.schedule} pp={self.pp} dp={self.dp} M={self.microbatches} B={self.microbatch_size}{v}"
+        limit = f" memory_limit={limit_label(self.memory_limit)}" if self.memory_limit is not None else ""
+        return (f"{self.schedule} pp={self.pp} dp={self.dp} M={self.microbatches} B={self.microbatch_size}{v}{limit}"
                 f"{' ckpt' if self.checkpointing else ''}{' zero1' if self.zero else ''}"
                 f"{' dp_inner' if self.placement == 'dp_inner' else ''}")
 
@@ -82,7 +135,8 @@ class Point:
         """The point a harness Config runs."""
         b = planned_microbatch_size(c)
         v = c.virtual_stages if SCHEDULES[c.schedule.name].reads_virtual_stages else 1
-        return cls(c.schedule.name, c.pp, c.microbatches, v, c.dp, b, c.checkpointing, c.zero, c.placement)
+        limit = float(c.schedule.memory_limit) if c.schedule.name == AUTO else None
+        return cls(c.schedule.name, c.pp, c.microbatches, v, c.dp, b, c.checkpointing, c.zero, c.placement, limit)
 
 
 @dataclass
@@ -108,6 +162,7 @@ class Prediction:
         d = {"overrides": self.point.overrides(), "label": self.point.label(), "rank": self.rank,
              "step_time_s": self.step_time_s, "throughput_samples_s": self.throughput_samples_s,
              "peak_bytes_per_gpu": self.memory.peak, "peak_gib_per_gpu": self.memory.peak / GIB, "fits": self.fits,
+             "memory_limit": self.point.memory_limit,
              "pareto": self.pareto, "memory": {**self.memory.as_dict(), "rank": self.memory_rank},
              "pipeline_s": self.pipeline_s, "allreduce_s": self.allreduce_s, "optimizer_s": self.optimizer_s,
              "bubble": self.bubble, "cross_node_boundaries": self.cross_node_boundaries,
@@ -154,7 +209,7 @@ def _crossings(plan: Plan) -> int:
 
 @dataclass(frozen=True)
 class Space:
-    schedules: tuple[str, ...] = ()  # () : every built-in
+    schedules: tuple[str, ...] = ()  # () : every built-in and zb_auto (`searchable`)
     pp: tuple[int, ...] | None = None  # None: every divisor of the GPUs
     dp: tuple[int, ...] | None = None  # None: gpus / pp
     microbatch_sizes: tuple[int, ...] | None = None  # None: every divisor of global_batch / dp
@@ -165,6 +220,8 @@ class Space:
     gpus: int | None = None  # GPUs a point uses (pp x dp); None: the whole cluster
     max_microbatches: int = 1024
     max_microbatch_size: int = 64
+    memory_limits: tuple[float, ...] | None = None  # zb_auto's; None: 1.0 and the budget's largest (module doc)
+    auto_top: int = 5  # zb_auto generated only where it could rank in this top (`search`; the CLI: --top)
 
 
 @dataclass
@@ -208,10 +265,13 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
         raise AdviseError(f"--gpus {gpus}: must be >= 1")
     if gpus > cl.gpus:
         raise AdviseError(f"--gpus {gpus}: the cluster has {cl.gpus} ({cl.nodes} x {cl.gpus_per_node})")
-    schedules = space.schedules or built_in()
+    schedules = space.schedules or searchable()
     for name in schedules:
-        if name not in built_in():
-            raise AdviseError(f"--schedules {name}: unknown (allowed: {', '.join(built_in())})")
+        if name not in searchable():
+            raise AdviseError(f"--schedules {name}: unknown (allowed: {', '.join(searchable())})")
+    for x in space.memory_limits or ():
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise AdviseError(f"--memory-limits {x!r}: {MEMORY_LIMITS_ALLOWED}")
     for pl in space.placements:
         if pl not in PLACEMENTS:
             raise AdviseError(f"--placements {pl}: unknown (allowed: {', '.join(PLACEMENTS)})")
@@ -262,14 +322,159 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                         seen.add(sig)
                         for ck in space.checkpointing:
                             for z in space.zero:
-                                pt = Point(name, pp, m, v, dp, b, ck, z, pl)
+                                pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if name == AUTO else None)
                                 try:
-                                    validate(pt.config(p.config), 0, p.model)
+                                    c = pt.config(p.config)
+                                    validate(c, 0, p.model)
+                                    if name == AUTO:  # one stage per rank, which the plan checks once generated
+                                        check_stages(c, pp, p.num_layers)
                                 except ConfigError as e:
                                     drop(_reason(str(e)), f"{pt.label()}: {e}")
                                     continue
-                                points.append(pt)
+                                if name == AUTO:
+                                    points += _limited(p, space, pt, drop)
+                                else:
+                                    points.append(pt)
     return points, dropped, example
+
+
+MEMORY_LIMITS_ALLOWED = ("allowed: numbers > 0, zb_auto's schedule.memory_limit in units of 1F1B's peak (pp "
+                         "microbatches per rank), e.g. 1 2 or 1,2; or budget: 1 and the largest the memory allows")
+
+
+def holding(p: Problem, c: Config, held: int) -> RankBytes:
+    """The fullest GPU of zb_auto at `c` when a rank may hold `held` microbatches (from F to W): the
+    memory theory's bytes (harness/memory_theory.py: parameters, gradients live, optimizer state and
+    ZeRO shard, a checkpointed backward's recompute) of the most any order within that count can
+    hold on one stage per rank: `held` whole, or any mix of whole and deferred ones (between I and
+    W, what the deferred W keeps). No order is generated."""
+    if c.global_batch is not None:
+        c = replace(c, microbatch_size=planned_microbatch_size(c))
+    return _holding(p, c, tuple(make_partition(c, p.model, c.pp).bounds), held)
+
+
+def _holding(p: Problem, c: Config, bounds: tuple, held: int) -> RankBytes:
+    mem = layer_memory(p.model, c.dtype, p.cluster.device)
+    one = _holding_replay(held)
+    return fullest(mem, c, Layout(bounds, tuple(replace(one, stages=(r,)) for r in range(c.pp))))[0]
+
+
+@functools.lru_cache(maxsize=512)
+def _holding_replay(held: int) -> Replay:
+    """A rank that makes its gradients (F, I, W of one microbatch), takes `held` (F...), turns
+    them one by one from whole to deferred (I...: each with its recompute) and frees them (W...):
+    its replay passes through every extreme of the region (whole + deferred <= held), so its peak,
+    priced by the memory theory, is the most any order within the count holds (replayed once per
+    count, on stage 0; a rank's is the same on its own stage)."""
+    F, I, W = Kind.F, Kind.I, Kind.W  # noqa: E741
+    return replay([Action(0, k, 0) for k in (F, I, W)]
+                  + [Action(0, k, i) for k in (F, I, W) for i in range(1, held + 1)])
+
+
+def budget_limit(p: Problem, c: Config, cap: int) -> int:
+    """The most microbatches per rank (<= cap) whose `holding` fits the cluster's usable bytes per
+    GPU; 0 if not one does. `holding` is convex in the count (the largest of linear parts), so the
+    line through the counts 1 and 2 reaches the budget at or after the answer: checked there,
+    bisected below it where it does not fit."""
+    if c.global_batch is not None:
+        c = replace(c, microbatch_size=planned_microbatch_size(c))
+    bounds = tuple(make_partition(c, p.model, c.pp).bounds)
+    usable = p.cluster.usable_bytes
+    one = _holding(p, c, bounds, 1).peak
+    if one > usable or cap <= 1:
+        return 0 if one > usable else cap
+    slope = _holding(p, c, bounds, 2).peak - one
+    hi = cap if slope <= 0 else min(cap, 1 + (usable - one) // slope)
+    if hi <= 1 or _holding(p, c, bounds, hi).peak <= usable:
+        return max(1, hi)
+    lo, hi = 1, hi - 1  # holding(lo) fits; the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _holding(p, c, bounds, mid).peak <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], None]) -> list[Point]:
+    """zb_auto's points at its memory limits (the module doc): one per number of microbatches a
+    rank may hold (min(L, M)); limits the budget does not allow, left out with the reason."""
+    pp, m = pt.pp, pt.microbatches
+    out: list[Point] = []
+    seen: set[int] = set()
+    if space.memory_limits is not None:
+        for x in space.memory_limits:
+            q = replace(pt, memory_limit=float(x))
+            try:
+                validate(q.config(p.config), 0, p.model)
+            except ConfigError as e:
+                drop(_reason(str(e)), f"{q.label()}: {e}")
+                continue
+            held = min(limit_of(x, pp), m)
+            if held in seen:
+                drop("zb_auto: a memory limit holding as many microbatches as one before it",
+                     f"{q.label()}: {held} per rank")
+                continue
+            seen.add(held)
+            out.append(q)
+        return out
+    c = pt.config(p.config)
+    most = budget_limit(p, c, min(m, 2 * pp))
+    if most < 1:
+        need = holding(p, c, 1).peak
+        drop("zb_auto: not one microbatch per rank fits the memory budget (memory theory)",
+             f"{pt.label()}: {need / GIB:.1f} GiB holding 1, {p.cluster.usable_bytes / GIB:.1f} GiB usable")
+        return out
+    ones = min(pp, m)  # what memory_limit=1 holds
+    if ones <= most:
+        out.append(pt)
+    else:
+        drop("zb_auto: memory_limit=1 holds more microbatches than the memory budget allows (memory theory)",
+             f"{pt.label()}: {ones} per rank, the budget allows {most}")
+    if most != ones:
+        out.append(replace(pt, memory_limit=most / pp))
+    return out
+
+
+def auto_bound(p: Problem, pt: Point) -> float:
+    """A lower bound of zb_auto's predicted step at `pt`, from its priced costs alone (no order
+    generated): on each rank r, from its first input on (the forward chain before it, hops
+    included), the larger of
+    - its busy time, M x (F + I + W) on its stage, then its all-reduce, and
+    - M x T_r / units: each microbatch holds one microbatch's activations on rank r at least from
+      its F's end to its I's start, T_r (its forward and backward chain through the later
+      stages, hops included), and the rank holds at most units = its limit's microbatches
+      (harness/schedules/auto.py's limit_of) at once;
+    then its optimizer step and the per-step overhead. Every order within the limit takes at
+    least this long (the simulator runs a rank's actions one at a time)."""
+    c = pt.config(p.config)
+    c = replace(c, microbatch_size=planned_microbatch_size(c))
+    cost = _priced(p, c)
+    n, m = c.pp, c.microbatches
+    fwd_hop, bwd_hop = cost.hops(n)
+    F, I, W = cost.fwd_s, cost.igrad, cost.wgrad  # noqa: E741
+    sync = cost.sync_s or (0.0,) * n
+    opt = cost.optimizer_s or (0.0,) * n
+    units = limit_of(pt.memory_limit if pt.memory_limit is not None else 1.0, n)
+    start, bound = 0.0, 0.0
+    for r in range(n):
+        # F_r's output reaches r + 1, runs forward to the last stage, and its gradient back to r
+        chain = sum(fwd_hop[s] for s in range(r, n - 1)) + sum(F[s] + I[s] + bwd_hop[s] for s in range(r + 1, n))
+        window = max(m * (F[r] + I[r] + W[r]) + sync[r], m * chain / units)
+        bound = max(bound, start + window + opt[r])
+        start += F[r] + fwd_hop[r]
+    return bound + cost.step_overhead_s
+
+
+def _priced(p: Problem, c: Config) -> CostModel:
+    """The costs zb_auto's order is generated for at `c` (plan.generated_artifacts' pricing, its
+    schedule.costs=model): the partition's modeled costs priced on one stage per rank."""
+    bounds = make_partition(c, p.model, c.pp).bounds
+    modeled, _ = emulated_costs(c, bounds, p.model)
+    stage_params = [sum(p.model.layer_params[a:b]) for a, b in bounds]
+    nbytes = DTYPE_BYTES[c.dtype] * p.model.activation_numel(c.microbatch_size)
+    return price(c, modeled, tuple(range(c.pp)), stage_params, nbytes)
 
 
 def _placement_signature(cl, placement: str, pp: int, dp: int) -> tuple:
@@ -316,15 +521,29 @@ def _groups(points: list[Point]) -> list[list[Point]]:
     """Points sharing one schedule (name, pp, M, v): its compiled schedule built once."""
     groups: dict[tuple, list[Point]] = {}
     for pt in sorted(points):
-        groups.setdefault((pt.schedule, pt.pp, pt.microbatches, pt.virtual_stages), []).append(pt)
+        key = (pt.schedule, pt.pp, pt.microbatches, pt.virtual_stages)
+        groups.setdefault(key + ((pt,) if pt.memory_limit is not None else ()), []).append(pt)  # zb_auto: its own
     return list(groups.values())
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _work(group: list[Point]) -> float:
+    """A group's relative cost: its schedule's actions per point (zb_auto's: ~10 candidate orders generated and
+    simulated)."""
+    pt = group[0]
+    return len(group) * pt.pp * pt.microbatches * pt.chunks * (10 if pt.memory_limit is not None else 1)
 
 
 def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None = None,
            workers: int | None = None) -> Result:
     """Every point predicted, ranked; AdviseError (one line) when there is nothing to rank.
     With workers > 1 the points are split by schedule over forked processes (the per-layer
-    memory traces are made first, here, and inherited)."""
+    memory traces are made first, here, and inherited). zb_auto's points come last: each is
+    generated only where its lower bound (`auto_bound`) beats the space's `auto_top`-th fastest
+    fitting point of the others; the rest are left out with that reason."""
     t0 = time.perf_counter()
     points, dropped, examples = enumerate_points(p, space)
     if not points:
@@ -333,26 +552,54 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
     workers = host_cores() if workers is None else workers
     if workers < 1:
         raise AdviseError(f"--workers {workers}: must be >= 1")
-    groups = _groups(points)
-    memory = make_plan(points[0].config(p.config), 0, p.model).memory()
+    memory = layer_memory(p.model, p.config.dtype, p.cluster.device)  # what each point's plan.memory() is
+    split = any(SCHEDULES[pt.schedule].split_backward for pt in points)
     for b in sorted({pt.microbatch_size for pt in points}):
         memory.warm(b)
+        if split and hasattr(memory, "deferred"):  # what a split backward's deferred W keeps, traced here too
+            memory.deferred(0, memory.L, b)
+    auto = [pt for pt in points if pt.memory_limit is not None]
+    others = [pt for pt in points if pt.memory_limit is None]
+    total = [len(points)]
     preds: list[Prediction] = []
+
+    def done(out: list[Prediction]) -> None:
+        preds.extend(out)
+        if progress:
+            progress(len(preds), total[0])
+
+    def keep(auto: list[Point]) -> list[Point]:
+        """zb_auto's points that could rank in the top `auto_top` beside the others' predictions."""
+        top = max(1, space.auto_top)
+        steps = sorted(x.step_time_s for x in preds if x.fits)
+        if len(steps) < top or not auto:
+            return auto
+        worst = steps[top - 1]
+        kept = []
+        for pt in auto:
+            bound = auto_bound(p, pt)
+            if bound < worst:
+                kept.append(pt)
+            else:
+                why = f"zb_auto: its lower bound is slower than the {_nth(top)} fastest point of the others"
+                dropped[why] = dropped.get(why, 0) + 1
+                examples.setdefault(why, f"{pt.label()}: at least {bound:.4g} s a step, the {_nth(top)} {worst:.4g} s")
+        total[0] -= len(auto) - len(kept)
+        return kept
+
     if workers > 1 and len(points) >= 200:
         import multiprocessing as mp
 
-        # the largest schedules first, so the pool ends together
-        groups.sort(key=lambda g: -len(g) * g[0].pp * g[0].microbatches * g[0].chunks)
         with mp.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(p,)) as pool:
-            for out in pool.imap_unordered(_evaluate_group, groups):
-                preds += out
-                if progress:
-                    progress(len(preds), len(points))
+            for phase in (others, None):
+                groups = _groups(keep(auto) if phase is None else phase)
+                groups.sort(key=lambda g: -_work(g))  # the largest schedules first, so the pool ends together
+                for out in pool.imap_unordered(_evaluate_group, groups):
+                    done(out)
     else:
-        for g in groups:
-            preds += [evaluate(p, pt) for pt in g]
-            if progress:
-                progress(len(preds), len(points))
+        for phase in (others, None):
+            for g in _groups(keep(auto) if phase is None else phase):
+                done([evaluate(p, pt) for pt in g])
     rank(preds)
     if not any(x.fits for x in preds):
         raise AdviseError(nothing_fits(p, preds))
