@@ -1,6 +1,8 @@
 """Dashboard as code: the README's "Panels worth making" for a W&B project, built with
 wandb-workspaces, from the names log_wandb writes (summary: result.json's metric names joined
-by "/"; config: the resolved config, nested keys dotted).
+by "/"; config: the resolved config, nested keys dotted; history: per step against `step`,
+wandb_log.history_rows: line plots of step time, bubble, throughput, TFLOP/s, peak activation
+memory and loss).
 
     python -m harness.dashboard --project P [--entity E] [--group SWEEP] [--pp 2 4] [--json] [--save]
 
@@ -26,7 +28,8 @@ NO_ENTITY = "<your default entity>"  # a dry run without --entity: resolved by -
 
 @dataclass(frozen=True)
 class Axis:
-    """A key of a run: section "config" (dotted, `schedule.name`) or "summary" (`bubble/measured`)."""
+    """A key of a run: section "config" (dotted, `schedule.name`), "summary" (`bubble/measured`)
+    or "history" (`per_step/time_s`: logged per step, against `step`)."""
 
     section: str
     name: str
@@ -43,12 +46,17 @@ def S(name: str) -> Axis:
     return Axis("summary", name)
 
 
+def H(name: str) -> Axis:
+    return Axis("history", name)
+
+
 M, B, DP = C("microbatches"), C("microbatch_size"), C("dp")
 BUBBLE, THEORY, SIMULATED = S("bubble/measured"), S("bubble/theory"), S("bubble/simulated")
 THROUGHPUT, STEP_TIME = S("throughput_samples_s"), S("step_time_s")
 TFLOPS, MFU = S("flops/tflops_per_device"), S("flops/mfu")
 PEAK = S("memory/peak_activation_bytes_per_rank/max")
 STAGE_MAX, IMBALANCE = S("stage_time_s/max"), S("measured_imbalance")
+STEP = H("step")  # the history's x-axis (wandb_log.STEP): the training step, warm-up included
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,12 @@ class Panel:
     x: Axis
     y: Axis
     per_pp: bool = False  # the report draws it once per pp (the workspace: one panel, grouped by pp)
-    groupby: str = SCHEDULE  # the report's grouping (colour) for it
+    groupby: str | None = SCHEDULE  # the report's grouping (colour) for it; None: a line per run
+
+    @property
+    def line(self) -> bool:
+        """A line plot of a history key against the step (else a scatter plot of runs)."""
+        return self.y.section == "history"
 
 
 PANELS: tuple[Panel, ...] = (
@@ -75,6 +88,15 @@ PANELS: tuple[Panel, ...] = (
     Panel("Memory", "Checkpointing: step time against peak activation memory", PEAK, STEP_TIME,
           groupby="checkpointing"),
     Panel("Stage balance", "Bubble against measured imbalance", IMBALANCE, BUBBLE, groupby="partition.name"),
+    # per step, each run its own line (the workspace: its groups' lines)
+    Panel("Per step", "Step time per step", STEP, H("per_step/time_s"), groupby=None),
+    Panel("Per step", "Bubble per step (measured)", STEP, H("per_step/bubble"), groupby=None),
+    Panel("Per step", "Throughput per step (samples/s)", STEP, H("per_step/throughput_samples_s"), groupby=None),
+    Panel("Per step", "Throughput per step (tokens/s)", STEP, H("per_step/throughput_tokens_s"), groupby=None),
+    Panel("Per step", "TFLOP/s per device per step", STEP, H("per_step/tflops_per_device"), groupby=None),
+    Panel("Per step", "Peak activation memory per step (fullest rank)", STEP, H("per_step/peak_activation_bytes"),
+          groupby=None),
+    Panel("Per step", "Loss", STEP, H("loss"), groupby=None),
 )
 # the runs table's columns (the README's stage-balance table), pinned in both
 TABLE_COLUMNS: tuple[Axis, ...] = (C("partition.name"), C(SCHEDULE), C(PP), M, STAGE_MAX, IMBALANCE, BUBBLE,
@@ -87,9 +109,26 @@ def summary_keys() -> set[str]:
         a.name for a in TABLE_COLUMNS if a.section == "summary"}
 
 
+def history_keys() -> set[str]:
+    """Every history key the dashboard plots, its x-axis included (tests hold them to log_wandb's)."""
+    return {a.name for p in PANELS for a in (p.x, p.y) if a.section == "history"}
+
+
 def config_keys() -> set[str]:
     return ({a.name for p in PANELS for a in (p.x, p.y) if a.section == "config"} | set(WORKSPACE_GROUPBY)
-            | {p.groupby for p in PANELS} | {a.name for a in TABLE_COLUMNS if a.section == "config"})
+            | {p.groupby for p in PANELS if p.groupby} | {a.name for a in TABLE_COLUMNS if a.section == "config"})
+
+
+def _plot(wr: Any, p: Panel, title: str):
+    """The panel as wandb-workspaces draws it: a line plot of a history key against `step`, or
+    a scatter plot of runs (config and summary keys)."""
+    if p.line:
+        return wr.LinePlot(title=title, x=p.x.name, y=[p.y.name])
+
+    def axis(a: Axis):
+        return wr.Config(a.name) if a.section == "config" else wr.SummaryMetric(a.name)
+
+    return wr.ScatterPlot(title=title, x=axis(p.x), y=axis(p.y))
 
 
 def _column(a: Axis) -> str:
@@ -110,13 +149,9 @@ def build_workspace(project: str, entity: str, group: str | None = None, name: s
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
-    def axis(a: Axis):
-        return wr.Config(a.name) if a.section == "config" else wr.SummaryMetric(a.name)
-
     sections = []
     for title in dict.fromkeys(p.section for p in PANELS):
-        panels = [wr.ScatterPlot(title=p.title + (" (grouped by pp)" if p.per_pp else ""), x=axis(p.x), y=axis(p.y))
-                  for p in PANELS if p.section == title]
+        panels = [_plot(wr, p, p.title + (" (grouped by pp)" if p.per_pp else "")) for p in PANELS if p.section == title]
         sections.append(ws.Section(name=title, panels=panels, is_open=True))
     return ws.Workspace(
         entity=entity, project=project, name=name, sections=sections,
@@ -134,15 +169,11 @@ def build_report(project: str, entity: str, group: str | None = None, pp: tuple[
     import wandb_workspaces.reports.v2 as wr
     from wandb_workspaces import expr
 
-    def axis(a: Axis):
-        return wr.Config(a.name) if a.section == "config" else wr.SummaryMetric(a.name)
-
-    def grid(panels: list[Panel], groupby: str, n: int | None = None, **runset: Any):
+    def grid(panels: list[Panel], groupby: str | None, n: int | None = None, **runset: Any):
         where = {"entity": entity, "project": project} if bind else {}
-        rs = wr.Runset(**where, name=f"pp={n}" if n else "runs",
-                       filters=_filters(expr, group, n), groupby=[f"config.{groupby}"], **runset)
-        return wr.PanelGrid(runsets=[rs], panels=[wr.ScatterPlot(title=p.title + (f", pp={n}" if n else ""),
-                                                                 x=axis(p.x), y=axis(p.y)) for p in panels])
+        rs = wr.Runset(**where, name=f"pp={n}" if n else "runs", filters=_filters(expr, group, n),
+                       groupby=[f"config.{groupby}"] if groupby else [], **runset)
+        return wr.PanelGrid(runsets=[rs], panels=[_plot(wr, p, p.title + (f", pp={n}" if n else "")) for p in panels])
 
     blocks: list = [wr.P("Built by `python -m harness.dashboard` from the names harness's log_wandb writes: "
                          "summary = result.json's metric names joined by '/', config = the resolved config.")]
@@ -152,9 +183,13 @@ def build_report(project: str, entity: str, group: str | None = None, pp: tuple[
     rest = [p for p in PANELS if not p.per_pp]
     for groupby in dict.fromkeys(p.groupby for p in rest):
         panels = [p for p in rest if p.groupby == groupby]
-        blocks += [wr.H2(", ".join(dict.fromkeys(p.section for p in panels)) + f" (grouped by {groupby})"),
+        blocks += [wr.H2(", ".join(dict.fromkeys(p.section for p in panels)) + f" ({_grouping(groupby)})"),
                    grid(panels, groupby, pinned_columns=[_column(a) for a in TABLE_COLUMNS])]
     return wr.Report(project=project, entity=entity, title=title, blocks=blocks)
+
+
+def _grouping(groupby: str | None) -> str:
+    return f"grouped by {groupby}" if groupby else "a line per run"
 
 
 def panel_lines(pp: tuple[int, ...] = DEFAULT_PP) -> list[str]:
@@ -163,7 +198,7 @@ def panel_lines(pp: tuple[int, ...] = DEFAULT_PP) -> list[str]:
     for p in PANELS:
         where = [f"pp={n}" for n in pp] if p.per_pp else ["all runs"]
         for w in where:
-            lines.append(f"{p.section}: {p.title} [{w}, grouped by {p.groupby}]: x={p.x} y={p.y}")
+            lines.append(f"{p.section}: {p.title} [{w}, {_grouping(p.groupby)}]: x={p.x} y={p.y}")
     return lines
 
 

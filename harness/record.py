@@ -13,16 +13,19 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 from collections import Counter
+from datetime import datetime, timezone
 from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable
 
 from harness.jsonsafe import strict
 from harness.result import Env
-from harness.trace import Event, Trace
+from harness.trace import COMPUTE, Event, Trace
 
 if TYPE_CHECKING:
+    from harness.execution import Execution, RankReport
     from harness.plan import Plan
 
 RESULT, TRACE, GANTT, RUNNING = "result.json", "trace.json", "gantt.png", "running.json"
@@ -94,7 +97,16 @@ def environment(plan: "Plan") -> Env:
 # trace.json holds at most this many events (complete + counter): ~165 bytes each, so ~33 MB,
 # which Perfetto opens in seconds. A step of interleaved 1F1B at pp=32, M=512 is 65,536
 # events (3 of its 6 steps are kept); uncapped, a long or deep run is a file no viewer opens.
+# What is drawn from the kept events comes on top: a step slice per rank and step (B and E,
+# or one X) and a flow per message between ranks (s and f: at most 2 per compute action).
 MAX_TRACE_EVENTS = 200_000
+
+# a step slice's begin and end are this far (us) outside the rank's first and last event of
+# the step, so that it encloses them strictly once a viewer rounds timestamps to whole ns
+STEP_PAD_US = 0.001
+
+# (rank, step, s, bytes) as write_trace_json takes the activation meter's samples
+MemorySample = tuple[int, int, float, int]
 
 
 def _trace_steps(count: Counter, max_events: int | None) -> tuple[list[int], int | None]:
@@ -115,22 +127,129 @@ def _trace_steps(count: Counter, max_events: int | None) -> tuple[list[int], int
     return kept[::-1], None
 
 
-def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, float, int]] = (), pp: int = 0,
-                     max_events: int | None = MAX_TRACE_EVENTS) -> dict:
-    """Chrome trace-event JSON: one process per dp replica, one track per rank in it, one
-    complete event (ph X) per action, and a counter track (ph C) per rank of activation bytes
-    held (memory: (rank, step, s, bytes)). Global rank = replica * pp + pipeline rank.
+def messages(trace: Trace, pp: int) -> list[tuple[Event, Event, str]]:
+    """Every message between ranks the trace shows, as (source, destination, what): an F's
+    activation goes from stage s to s + 1, a B's or I's input gradient from s to s - 1, within
+    a replica (global rank // pp) and a step. The source is the producer's send event
+    (`send 0F1`) where the executor recorded one, else the producing action itself (executor=sim
+    without send costs, a send torch fused with a receive); the destination is the consuming
+    action (its data has arrived when it starts). A hand-off between stages of one rank is no
+    message; a message whose end the trace lacks (a capped trace) is left out."""
+    pp = pp or 1
+    compute: dict[tuple[int, int, str], Event] = {}
+    sends: dict[tuple[int, int, str], Event] = {}
+    for e in trace:
+        if e.cat == COMPUTE and e.kind in ("F", "B", "I"):
+            compute[(e.rank // pp, e.step, e.name)] = e
+        elif e.kind == "send" and e.name.startswith("send "):
+            sends[(e.rank // pp, e.step, e.name[5:])] = e
+    out = []
+    for (replica, step, _), e in compute.items():
+        s, mb = e.stage, e.microbatch
+        if e.kind == "F":
+            what, producers = "activation", (f"{s - 1}F{mb}",)
+        else:
+            what, producers = "gradient", (f"{s + 1}B{mb}", f"{s + 1}I{mb}")
+        for p in producers:
+            source = sends.get((replica, step, p)) or compute.get((replica, step, p))
+            if source is not None:
+                if source.rank != e.rank:
+                    out.append((source, e, f"{what} {p}"))
+                break
+    return out
+
+
+def _finite(*values: float) -> bool:
+    return all(v == v and abs(v) != float("inf") for v in values)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="microseconds")
+
+
+def wall_clock_origin(run: "Execution") -> float | None:
+    """Epoch seconds at an Execution's time 0 (its trace's origin), or None without clocks
+    (executor=sim). The timeline is rank 0's clock (CLOCK_MONOTONIC, plus each rank's offset to
+    it where the Execution has them); the origin is its earliest event, as from_reports takes
+    it, read against a (wall clock, monotonic clock) pair sampled here, now. Exact to
+    microseconds where this process reads rank 0's clock (forked ranks; rank 0 of torchrun or
+    SLURM records the job itself); a rank 0 on another host, or a test's injected skew, needs
+    the pair sampled by rank 0 (not in its RankReport yet)."""
+    reports: list[RankReport] = getattr(run, "reports", None) or []
+    if not reports or not any(r.events for r in reports):
+        return None
+    offsets = getattr(run, "clock_offset_ns", None) or [0] * len(reports)
+    origin = min(e[6] + offsets[i] for i, r in enumerate(reports) for e in r.events)
+    mono, wall = time.perf_counter_ns(), time.time_ns()
+    return (wall - (mono - origin)) / 1e9
+
+
+def _clock(trace: Trace, origin_wall_s: float | None, written_s: float) -> dict:
+    """trace.json's wall-clock fields: the wall-clock time at ts 0 and at step 0's first event,
+    and where they come from. Without an anchor, they are estimated when the file is written:
+    that time minus the trace's last event, so late by what happened between (measuring)."""
+    def extreme(pick, values):  # max or min, the non-finite left out (looked for only when one came out)
+        v = pick(values(), default=0.0)
+        return v if _finite(v) else pick((x for x in values() if _finite(x)), default=0.0)
+
+    if origin_wall_s is not None:
+        source = "anchor: the recording process's wall clock against its monotonic clock (rank 0's)"
+    else:
+        origin_wall_s = written_s - extreme(max, lambda: (e.end for e in trace))
+        source = ("estimated when trace.json was written: that time minus the trace's last event "
+                  "(late by the time between them, measuring)")
+    step0 = any(e.step == 0 for e in trace)
+    return {"ts_origin_wall_clock": _iso(origin_wall_s),
+            "step0_wall_clock": _iso(origin_wall_s + extreme(min, lambda: (e.start for e in trace if e.step == 0)))
+            if step0 else None,
+            "wall_clock_source": source}
+
+
+def peaks_per_step(memory: list[MemorySample]) -> dict[int, dict[int, int]]:
+    """step -> global rank -> the most activation bytes the rank held in the step (the meter's
+    samples: every change of what it holds)."""
+    out: dict[int, dict[int, int]] = {}
+    for rank, step, _t, nbytes in memory:
+        ranks = out.setdefault(step, {})
+        if nbytes > ranks.get(rank, -1):
+            ranks[rank] = nbytes
+    return out
+
+
+def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), pp: int = 0,
+                     max_events: int | None = MAX_TRACE_EVENTS, origin_wall_s: float | None = None) -> dict:
+    """Chrome trace-event JSON (Perfetto, chrome://tracing): one process per dp replica, one
+    track per rank in it, one complete event (ph X) per action, and a counter track (ph C) per
+    rank of activation bytes held (memory: (rank, step, s, bytes)). Global rank = replica * pp +
+    pipeline rank. On each rank's track, a slice per step (`step N`, cat `step`) encloses the
+    rank's events of that step, STEP_PAD_US outside them: a B and E pair, or, where it would
+    begin before ts 0 (Perfetto drops such an event: the trace's first event is at 0), an X
+    from 0 (at one start, a viewer puts the longer X outside). A flow (ph s and f, one id each,
+    at the middle of the slices it binds to) draws each message between ranks (`messages`: from
+    the producer's send, or the producing action, to the consuming action).
+
+    `otherData` (and the clock's three in `metadata`, which Perfetto shows): `trace_cap`
+    (below), `ts_origin_wall_clock` and `step0_wall_clock` (ISO 8601,
+    UTC: the wall-clock time at ts 0 and at step 0's first event; origin_wall_s, epoch seconds
+    at ts 0, where the caller knows it: `wall_clock_origin`; else estimated now, and
+    `wall_clock_source` says which), `flows` (how many), and `peak_activation_bytes_per_step`
+    ({step: [bytes per global rank, null where none was metered]}, from every sample, before
+    the cap).
 
     Capped so that a viewer opens it: at most `max_events` X and C events together
     (MAX_TRACE_EVENTS by default; None: no cap). Whole steps are kept from the last one
     backwards while they fit, each with its memory samples; earlier steps are dropped. If the
     last step alone is over the cap, it alone is written, cut to its first `max_events` events
-    in time order (`truncated_step`). Returns what was kept, also written in the file under
-    `otherData.trace_cap`: {"steps_kept": [...], "steps_dropped": n, "events_written": n,
-    "events_dropped": n, "max_events": cap, "truncated_step": step or None}."""
+    in time order (`truncated_step`). Step slices and flows are drawn from the events kept.
+    Returns what was kept, also written in the file under `otherData.trace_cap`:
+    {"steps_kept": [...], "steps_dropped": n, "events_written": n, "events_dropped": n,
+    "max_events": cap, "truncated_step": step or None}."""
+    written_s = time.time()
     memory = list(memory)
     ranks = sorted({e.rank for e in trace} | {m[0] for m in memory})
     pp = pp or len(ranks) or 1
+    clock = _clock(trace, origin_wall_s, written_s)
+    peaks = peaks_per_step(memory)
     count = Counter(map(attrgetter("step"), trace))
     count.update(m[1] for m in memory)
     steps_kept, truncated = _trace_steps(count, max_events)
@@ -147,6 +266,20 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
     written = len(trace) + len(memory)
     cap = {"steps_kept": steps_kept, "steps_dropped": len(count) - len(steps_kept), "events_written": written,
            "events_dropped": total - written, "max_events": max_events, "truncated_step": truncated}
+
+    # a slice per rank and step: (rank, step) -> [first start, last end]
+    spans: dict[tuple[int, int], list[float]] = {}
+    for e in trace:
+        span = spans.get((e.rank, e.step))
+        if span is None:
+            spans[(e.rank, e.step)] = [e.start, e.end]
+        else:
+            span[0], span[1] = min(span[0], e.start), max(span[1], e.end)
+    spans = {k: v for k, v in spans.items() if _finite(*v)}
+    flows = [m for m in messages(trace, pp) if _finite(m[0].start, m[0].end, m[1].start, m[1].end)]
+    nranks = max(ranks) + 1 if ranks else 0
+    other = {"trace_cap": cap, **clock, "flows": len(flows), "peak_activation_bytes_per_step": {
+        str(s): [by_rank.get(r) for r in range(nranks)] for s, by_rank in sorted(peaks.items())}}
 
     # One event a line, formatted here rather than built as dicts for json.dumps: 2x faster.
     # Strings escaped and quoted as json.dumps does.
@@ -175,10 +308,35 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
         return [c_null % (rank, rank // pp, rank, _num(t * 1e6), _num(nbytes / 2**20))
                 for rank, _step, t, nbytes in samples]
 
+    # step slices (finite by construction): B and E at once, so each rank's pairs are in order;
+    # the one that would begin before ts 0 (the trace's first event's) is an X from 0 instead
+    # (args as an action's, kind "step": a reader of X events' args reads them too)
+    args = '"args":{"step":%d,"kind":"step","stage":-1,"microbatch":-1}}'
+    b = '{"ph":"B","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%r,' + args
+    e_ = '{"ph":"E","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%r}'
+    x0 = '{"ph":"X","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%r,"dur":%r,' + args
+    slices = []
+    for (rank, step), (t0, t1) in sorted(spans.items()):
+        begin, end = t0 * 1e6 - STEP_PAD_US, t1 * 1e6 + STEP_PAD_US
+        if begin < 0:
+            slices.append(x0 % (step, rank // pp, rank, t0 * 1e6, end - t0 * 1e6, step))
+        else:
+            slices += [b % (step, rank // pp, rank, begin, step), e_ % (step, rank // pp, rank, end)]
+    # flows: each end in the middle of its slice, strictly inside it (a viewer binds a flow to
+    # the slice enclosing its timestamp)
+    # (names made of a word and an action's numbers and letter: nothing to escape)
+    s = '{"ph":"s","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%r}'
+    f = '{"ph":"f","bp":"e","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%r}'
+    arrows = [line for i, (src, dst, what) in enumerate(flows, 1) for line in (
+        s % (what, i, src.rank // pp, src.rank, (src.start + src.end) * 5e5),
+        f % (what, i, dst.rank // pp, dst.rank, (dst.start + dst.end) * 5e5))]
+
     n = 20_000  # events formatted and written at a time: no second copy of the whole file in memory
     parts = [(xs, trace[i:i + n]) for i in range(0, len(trace), n)] + [
         (cs, memory[i:i + n]) for i in range(0, len(memory), n)]
-    head = '{"displayTimeUnit":"ms","otherData":{"trace_cap":%s},"traceEvents":[\n' % json.dumps(cap, **compact)
+    # the head stays one line: read_trace_meta reads otherData from it alone
+    head = '{"displayTimeUnit":"ms","otherData":%s,"metadata":%s,"traceEvents":[\n' % (
+        json.dumps(strict(other), **compact), json.dumps(clock, **compact))
 
     def write(out: IO) -> None:
         out.write(head)
@@ -190,6 +348,10 @@ def write_trace_json(path: Path, trace: Trace, memory: list[tuple[int, int, floa
                 text = ",\n".join(fmt(items, False))
             out.write(sep + text)
             sep = ",\n"
+        for lines in (slices, arrows):
+            for i in range(0, len(lines), n):
+                out.write(sep + ",\n".join(lines[i:i + n]))
+                sep = ",\n"
         out.write("\n]}\n")
 
     write_atomic(path, write)
@@ -204,11 +366,31 @@ def _num(v: float) -> str:
     return float.__repr__(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
 
 
-def read_trace(path: Path) -> Trace:
-    """trace.json (write_trace_json) back into events; ValueError for anything but a regular
-    file (a FIFO would block the reader)."""
+def _regular(path: Path) -> None:
     if not stat.S_ISREG(os.stat(path).st_mode):
         raise ValueError(f"{path.name}: not a regular file")
+
+
+def read_trace(path: Path) -> Trace:
+    """trace.json (write_trace_json) back into events (its actions: the X events but step
+    slices); ValueError for anything but a regular file (a FIFO would block the reader)."""
+    _regular(path)
     return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
                   e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-            for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+            for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X" and e.get("cat") != "step"]
+
+
+def read_trace_meta(path: Path) -> dict:
+    """trace.json's `otherData` (write_trace_json), from its first line alone where it was
+    written so (a large trace is not parsed for it), else from the whole file; ValueError for
+    anything but a regular file."""
+    _regular(path)
+    with open(path, encoding="utf-8") as f:
+        first = f.readline()
+    if first.rstrip().endswith('"traceEvents":['):
+        try:
+            return json.loads(first.rstrip() + "]}").get("otherData") or {}
+        except ValueError:
+            pass
+    data = json.loads(Path(path).read_text())
+    return (data.get("otherData") or {}) if isinstance(data, dict) else {}

@@ -162,9 +162,11 @@ def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, pro
     resolved config. Summary: `status`, `error`, `wall_s`, and every leaf of result.json's
     `metrics` under its path joined by "/" (`bubble/measured`, `memory/peak_activation_bytes_per_rank`),
     lists kept whole as in result.json, plus `<key>/max` for each list of numbers (a scalar a
-    chart can plot: the fullest or slowest rank, the worst step). History: `loss` per step,
-    warm-up included. Media: `gantt` (image), `stages` (table, one row per rank), `memory`
-    (table: every byte of every global rank, measured and theory), and
+    chart can plot: the fullest or slowest rank, the worst step). History (`history_rows`):
+    per step, against the step as its x-axis (`step`, wandb.define_metric), `loss` (warm-up
+    included) and per measured step `per_step/*`: step time, bubble, throughput, TFLOP/s and
+    MFU per device, peak activation memory. Media: `gantt` (image), `stages` (table, one row
+    per rank), `memory` (table: every byte of every global rank, measured and theory), and
     trace.json as an artifact of type `trace`."""
     if mode == "disabled":
         return None
@@ -221,6 +223,105 @@ def summary_metrics(metrics: dict, prefix: str = "") -> dict:
     return out
 
 
+# The history's x-axis (wandb.define_metric's step_metric): the training step, warm-up steps
+# included (step_times_s[i] is step warmup_steps + i); and the prefix of the per-step metrics
+# (apart from the summary's names: the summary keeps result.json's aggregates).
+STEP, PER_STEP = "step", "per_step"
+# per measured step: what it is (result.json's metric it comes from)
+PER_STEP_METRICS = {
+    f"{PER_STEP}/time_s": "metrics.step_times_s: the step, first event to last of any rank, optimizer included",
+    f"{PER_STEP}/bubble": "metrics.bubble.measured_per_step: the idle share of the step window, mean over ranks",
+    f"{PER_STEP}/throughput_samples_s": "samples per step (M x B x dp) / the step's time",
+    f"{PER_STEP}/throughput_tokens_s": "tokens per step / the step's time (token models)",
+    f"{PER_STEP}/tflops_per_device": "metrics.flops: model FLOPs per step / the step's time / devices / 1e12",
+    f"{PER_STEP}/mfu": "that / the device's dense peak (where known)",
+    f"{PER_STEP}/peak_activation_bytes": "the most activation bytes a rank of replica 0 held in the step (trace.json's "
+                                          "otherData.peak_activation_bytes_per_step, where metered)",
+}
+# the same per pipeline rank of replica 0 (result.json's `_per_rank`), hidden from wandb's
+# automatic charts: `per_step/peak_activation_bytes/rank_<r>`
+RANK_PEAK = f"{PER_STEP}/peak_activation_bytes/rank_"
+
+
+def history_rows(result: dict, out_dir: Path | None = None) -> list[dict]:
+    """The run's history, one row per step in order, each with `step`: `loss` for every step
+    that has one (warm-up included), and for each measured step (step_times_s[i] is step
+    warmup_steps + i; executor=sim repeats its one simulated step) the PER_STEP_METRICS the
+    record has: throughput, TFLOP/s and MFU are the record's own at its median step scaled by
+    median / this step's time. Memory comes from <out_dir>/trace.json's per-step peaks, which
+    write_trace_json takes from every sample of the activation meter (none: executor=sim, or a
+    runner that cannot meter)."""
+    m = result.get("metrics") or {}
+    cfg = result.get("config") or {}
+    rows: dict[int, dict] = {}
+
+    def row(step: int) -> dict:
+        return rows.setdefault(step, {STEP: step})
+
+    for step, loss in enumerate(m.get("losses") or []):
+        if loss is not None:
+            row(step)["loss"] = loss
+    times = m.get("step_times_s") or []
+    bubbles = (m.get("bubble") or {}).get("measured_per_step") or []
+    flops = m.get("flops") or {}
+    median = m.get("step_time_s")
+    first = int(cfg.get("warmup_steps") or 0)
+    peaks = _peaks_per_step(out_dir, int(cfg.get("pp") or 0))
+    for i, t in enumerate(times):
+        r = row(first + i)
+        if not isinstance(t, (int, float)) or not t > 0:
+            continue
+        r[f"{PER_STEP}/time_s"] = t
+        if i < len(bubbles) and bubbles[i] is not None:
+            r[f"{PER_STEP}/bubble"] = bubbles[i]
+        scale = median / t if isinstance(median, (int, float)) else None
+        for key, value in (("throughput_samples_s", m.get("throughput_samples_s")),
+                           ("throughput_tokens_s", m.get("throughput_tokens_s")),
+                           ("tflops_per_device", flops.get("tflops_per_device")), ("mfu", flops.get("mfu"))):
+            if scale is not None and isinstance(value, (int, float)):
+                r[f"{PER_STEP}/{key}"] = value * scale
+        if (step_peaks := peaks.get(first + i)) is not None:
+            r[f"{PER_STEP}/peak_activation_bytes"] = max(step_peaks.values())
+            r |= {f"{RANK_PEAK}{rank}": b for rank, b in sorted(step_peaks.items())}
+    return [rows[s] for s in sorted(rows)]
+
+
+def _peaks_per_step(out_dir: Path | None, pp: int) -> dict[int, dict[int, int]]:
+    """step -> pipeline rank of replica 0 -> its peak activation bytes in the step, from
+    trace.json (empty where there is none, or it has no per-step peaks: an older file)."""
+    from harness.record import TRACE, read_trace_meta
+
+    if out_dir is None or not (Path(out_dir) / TRACE).is_file():
+        return {}
+    try:
+        per_step = read_trace_meta(Path(out_dir) / TRACE).get("peak_activation_bytes_per_step") or {}
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for step, per_rank in per_step.items():
+        ranks = per_rank[:pp] if pp else per_rank
+        got = {r: b for r, b in enumerate(ranks) if isinstance(b, int)}
+        if got:
+            out[int(step)] = got
+    return out
+
+
+def _log_history(run, rows: list[dict]) -> None:
+    """rows (history_rows) against `step`: each metric's x-axis set with define_metric; the
+    per-step metrics leave the summary alone (its aggregates are result.json's)."""
+    keys = dict.fromkeys(k for r in rows for k in r if k != STEP)
+    if not keys:
+        return
+    run.define_metric(STEP, hidden=True)
+    for k in keys:
+        if k == "loss":
+            run.define_metric(k, step_metric=STEP)
+        else:
+            run.define_metric(k, step_metric=STEP, summary="none", hidden=k.startswith(RANK_PEAK) or None)
+    for r in rows:
+        run.log(r, step=r[STEP])
+
+
 class _InitError(Exception):
     """wandb.init failed (its exception is the cause): nothing was logged yet."""
 
@@ -250,8 +351,7 @@ def _write_run(result: dict, out_dir: Path, group: str, name: str, mode: str, pr
                             "wall_s": result.get("wall_s"), **summary_metrics(m or {})})
         if not m:
             return str(Path(run.dir).parent)
-        for i, loss in enumerate(m.get("losses") or []):
-            run.log({"loss": loss}, step=i)
+        _log_history(run, history_rows(result, out_dir))
         media: dict = {}
         if (out_dir / GANTT).exists():
             media["gantt"] = wandb.Image(str(out_dir / GANTT))

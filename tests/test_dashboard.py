@@ -1,5 +1,5 @@
 """harness.dashboard: the README's panels built offline (nothing sent, no API touched), on the
-exact summary keys log_wandb writes and the config keys a run's config has."""
+exact summary and history keys log_wandb writes and the config keys a run's config has."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ import wandb
 from harness import dashboard
 from harness.job import run_job
 from harness.result import read
-from harness.wandb_log import summary_metrics
+from harness.wandb_log import PER_STEP_METRICS, STEP, history_rows, summary_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 README_KEYS = {"bubble/measured", "bubble/theory", "bubble/simulated", "memory/peak_activation_bytes_per_rank/max",
                "throughput_samples_s", "step_time_s", "stage_time_s/max", "measured_imbalance",
                "flops/tflops_per_device", "flops/mfu"}
+HISTORY_KEYS = {"step", "loss", "per_step/time_s", "per_step/bubble", "per_step/throughput_samples_s",
+                "per_step/throughput_tokens_s", "per_step/tflops_per_device", "per_step/peak_activation_bytes"}
 
 
 @pytest.fixture
@@ -53,6 +55,11 @@ def test_its_keys_are_the_ones_log_wandb_writes(config, tmp_path):
             value = value[part]
     assert dashboard.config_keys() >= {"schedule.name", "pp", "microbatches", "microbatch_size", "dp",
                                        "checkpointing", "partition.name"}
+    # the history the per-step panels plot: what log_wandb logs for this run (its trace.json's
+    # memory per step included; an mlp has no tokens)
+    assert dashboard.history_keys() == HISTORY_KEYS and HISTORY_KEYS <= {STEP, "loss", *PER_STEP_METRICS}
+    rows = history_rows(result, tmp_path)
+    assert HISTORY_KEYS - {"per_step/throughput_tokens_s"} <= {k for r in rows for k in r}
 
 
 def test_workspace_and_report_build_offline_with_every_panel(offline):
@@ -60,10 +67,14 @@ def test_workspace_and_report_build_offline_with_every_panel(offline):
     model = json.loads(ws._to_model().model_dump_json(by_alias=True, exclude_none=True))
     assert (model["entity"], model["project"]) == ("team", "proj")
     spec = model["spec"]["section"]
-    panels = [(s["name"], p["config"]["chartTitle"], p["config"]["xAxis"], p["config"]["yAxis"])
+    panels = [(s["name"], p["config"]["chartTitle"], p["config"]["xAxis"], p["config"].get("yAxis"))
               for s in spec["panelBankConfig"]["sections"] for p in s["panels"]]
     assert len(panels) == len(dashboard.PANELS)
     axes = {(x, y) for _, _, x, y in panels}
+    # the per-step section: history line plots against the step, one key each
+    lines = {(p["viewType"], p["config"]["xAxis"], tuple(p["config"]["metrics"]))
+             for s in spec["panelBankConfig"]["sections"] if s["name"] == "Per step" for p in s["panels"]}
+    assert lines == {("Run History Line Plot", "step", (k,)) for k in HISTORY_KEYS - {"step"}}
     assert {("config:microbatches.value", "summary:bubble/measured"),
             ("config:microbatches.value", "summary:bubble/theory"),
             ("summary:bubble/theory", "summary:bubble/measured"),
@@ -89,11 +100,14 @@ def test_workspace_and_report_build_offline_with_every_panel(offline):
         assert rs["grouping"] == [{"section": "config", "name": "schedule.value.name"}]
         ys = [p["config"]["yAxis"] for p in g["panelBankSectionConfig"]["panels"]]
         assert ys == ["summary:bubble/measured", "summary:bubble/theory", "summary:bubble/simulated"]
-    others = {p["config"]["yAxis"] for g in grids if g not in per_pp for p in g["panelBankSectionConfig"]["panels"]}
+    others = {p["config"].get("yAxis") for g in grids if g not in per_pp for p in g["panelBankSectionConfig"]["panels"]}
     assert {"summary:throughput_samples_s", "summary:memory/peak_activation_bytes_per_rank/max",
             "summary:step_time_s", "summary:bubble/measured"} <= others
-    groupings = [g["runSets"][0]["grouping"][0]["name"] for g in grids if g not in per_pp]
-    assert groupings == ["schedule.value.name", "checkpointing.value", "partition.value.name"]
+    groupings = [[x["name"] for x in g["runSets"][0]["grouping"]] for g in grids if g not in per_pp]
+    assert groupings == [["schedule.value.name"], ["checkpointing.value"], ["partition.value.name"], []]
+    per_step = grids[-1]["panelBankSectionConfig"]["panels"]  # a line per run, against the step
+    assert {(p["viewType"], p["config"]["xAxis"], p["config"]["metrics"][0]) for p in per_step} == {
+        ("Run History Line Plot", "step", k) for k in HISTORY_KEYS - {"step"}}
 
 
 def test_dry_run_is_the_default_and_lists_the_panels(offline, capsys):
@@ -105,6 +119,8 @@ def test_dry_run_is_the_default_and_lists_the_panels(offline, capsys):
     assert ("Memory: Peak activation memory per rank (max) against microbatches [all runs, grouped by "
             "schedule.name]: x=config:microbatches y=summary:memory/peak_activation_bytes_per_rank/max") in out
     assert "x=config:microbatches y=summary:throughput_samples_s" in out
+    assert ("Per step: Bubble per step (measured) [all runs, a line per run]: x=history:step "
+            "y=history:per_step/bubble") in out
     assert len([line for line in out.splitlines() if line.startswith("  Bubble: Bubble against microbatches")]) == 6
 
     assert dashboard.main(["--project", "proj", "--json", "--pp", "2"]) == 0  # no entity: a placeholder

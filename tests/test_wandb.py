@@ -22,6 +22,7 @@ import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
 from harness import wandb_log
+from tests.test_trace_json import check_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK, HEADER = 32768, 7  # wandb's LevelDB-style log: 32 KiB blocks, 7-byte record headers
@@ -107,12 +108,57 @@ def test_offline_sweep_writes_one_run_per_job_with_the_result_names(tmp_path, ha
         losses = [json.loads(i.value_json) for r in recs if r.HasField("history") for i in r.history.item
                   if key(i) == "loss"]
         assert losses == pytest.approx(m["losses"])
+        assert_per_step_history(recs, result, job)
         assert [r.artifact.type for r in recs if r.HasField("artifact") and r.artifact.type == "trace"] == ["trace"]
         (table,) = (run_dir / "files" / "media" / "table").glob("stages_*.table.json")
         t = json.loads(table.read_text())
         assert t["columns"] == ["rank", "layers", "bubble_measured", "peak_activation_bytes", "mean_fwd_s",
                                 "mean_bwd_s"]
         assert [row[0] for row in t["data"]] == [0, 1] and all(row[4] > 0 and row[5] > 0 for row in t["data"])
+
+
+def assert_per_step_history(recs: list, result: dict, job: Path) -> None:
+    """The run's history read back from its .wandb file: a row per step against `step`
+    (define_metric), the loss at every step, warm-up included, and at each measured step its
+    time, bubble, throughput and peak activation bytes, as result.json and trace.json have them;
+    and the job's trace.json passes the trace-event schema check, with its flows and step slices."""
+    m, warmup = result["metrics"], result["config"]["warmup_steps"]
+    rows: dict[int, dict] = {}
+    for r in recs:
+        if r.HasField("history"):
+            row = {key(i): json.loads(i.value_json) for i in r.history.item}
+            rows.setdefault(row["_step"], {}).update(row)
+    axes = {r.metric.name: r.metric.step_metric for r in recs if r.HasField("metric") and r.metric.name}
+    assert {k: axes.get(k) for k in ("loss", "per_step/time_s", "per_step/bubble", "per_step/throughput_samples_s",
+                                     "per_step/peak_activation_bytes")} == dict.fromkeys(
+        ("loss", "per_step/time_s", "per_step/bubble", "per_step/throughput_samples_s",
+         "per_step/peak_activation_bytes"), "step")
+    assert sorted(rows) == list(range(warmup + len(m["step_times_s"])))
+    assert all(row["step"] == s for s, row in rows.items())  # the x-axis is the training step
+    measured = [rows[warmup + i] for i in range(len(m["step_times_s"]))]
+    assert [row["per_step/time_s"] for row in measured] == pytest.approx(m["step_times_s"])
+    assert [row["per_step/bubble"] for row in measured] == pytest.approx(m["bubble"]["measured_per_step"])
+    samples = result["config"]["microbatches"] * result["config"]["microbatch_size"] * result["config"]["dp"]
+    assert [row["per_step/throughput_samples_s"] for row in measured] == pytest.approx(
+        [samples / t for t in m["step_times_s"]])
+    assert [row["per_step/tflops_per_device"] for row in measured] == pytest.approx(
+        [m["flops"]["model_per_step"] / t / (result["config"]["pp"] * result["config"]["dp"]) / 1e12
+         for t in m["step_times_s"]])
+    assert all("per_step/time_s" not in rows[s] for s in range(warmup))  # warm-up: the loss alone
+    # memory per step: each rank's largest over the measured steps is result.json's peak
+    peaks = m["memory"]["peak_activation_bytes_per_rank"]
+    per_rank = [[row[f"per_step/peak_activation_bytes/rank_{r}"] for row in measured] for r in range(len(peaks))]
+    assert [max(p) for p in per_rank] == peaks
+    assert [row["per_step/peak_activation_bytes"] for row in measured] == [max(p) for p in zip(*per_rank)]
+
+    data = json.loads((job / "trace.json").read_text())
+    found = check_trace(data)
+    pp, steps = result["config"]["pp"], warmup + len(m["step_times_s"])
+    assert sorted(found["steps"]) == [(0, r, s) for r in range(pp) for s in range(steps)]
+    # every activation and gradient between the two ranks: 2 x M per step, from a send
+    assert len(found["flows"]) == 2 * result["config"]["microbatches"] * steps
+    assert all(src[3]["name"].startswith("send ") for src, _ in found["bound"].values())
+    assert data["otherData"]["step0_wall_clock"] and data["metadata"]["step0_wall_clock"]
 
 
 # One job (executor=sim: no workers) in a fresh interpreter with a fake HOME and no WANDB_*
@@ -343,3 +389,44 @@ def test_log_wandb_never_raises_and_restores_the_environment(monkeypatch, tmp_pa
     assert not any(k in os.environ for k in wandb_log.WANDB_DIRS)
     assert wandb_log.log_wandb({}, tmp_path, "g", "n", "disabled", "p", None) is None
     assert capsys.readouterr().err == ""
+
+
+def test_history_rows_per_step_from_the_record_and_the_trace(tmp_path):
+    """What log_wandb logs per step, from a record alone (executor=sim's shape: one simulated
+    step repeated, no loss, no memory metered) and with trace.json's per-step peaks."""
+    from harness.record import write_trace_json
+    from harness.trace import COMPUTE, Event
+
+    metrics = {"step_time_s": 0.5, "step_times_s": [0.5, 0.4, 0.625], "throughput_samples_s": 16.0,
+               "throughput_tokens_s": 16.0 * 128, "losses": [2.0, 1.5, 1.25, 1.0],
+               "bubble": {"measured_per_step": [0.2, 0.1, 0.3]},
+               "flops": {"tflops_per_device": 2.0, "mfu": 0.25, "model_per_step": 4e12}}
+    result = {"config": {"warmup_steps": 1, "pp": 2}, "metrics": metrics}
+    rows = wandb_log.history_rows(result)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and [r["loss"] for r in rows] == [2.0, 1.5, 1.25, 1.0]
+    assert set(rows[0]) == {"step", "loss"}  # a warm-up step: its loss alone
+    assert [r["per_step/time_s"] for r in rows[1:]] == [0.5, 0.4, 0.625]
+    assert [r["per_step/bubble"] for r in rows[1:]] == [0.2, 0.1, 0.3]
+    assert [r["per_step/throughput_samples_s"] for r in rows[1:]] == pytest.approx([16.0, 20.0, 12.8])
+    assert [r["per_step/throughput_tokens_s"] for r in rows[1:]] == pytest.approx([2048, 2560, 1638.4])
+    assert [r["per_step/tflops_per_device"] for r in rows[1:]] == pytest.approx([2.0, 2.5, 1.6])
+    assert [r["per_step/mfu"] for r in rows[1:]] == pytest.approx([0.25, 0.3125, 0.2])
+    assert not any("per_step/peak_activation_bytes" in r for r in rows)  # no trace.json: nothing metered
+    assert set(wandb_log.PER_STEP_METRICS) >= {k for r in rows for k in r if k.startswith("per_step/")}
+
+    # executor=sim: no losses, the one simulated step repeated
+    sim = {"config": {"warmup_steps": 2, "pp": 2}, "metrics": {**metrics, "losses": None, "throughput_tokens_s": None,
+                                                               "step_times_s": [0.5] * 3}}
+    assert [r["step"] for r in wandb_log.history_rows(sim)] == [2, 3, 4]
+    assert all("loss" not in r and "per_step/throughput_tokens_s" not in r for r in wandb_log.history_rows(sim))
+
+    # memory per measured step: trace.json's per-step peaks of replica 0's pipeline ranks
+    trace = [Event(r, s, f"{r}F0", COMPUTE, "F", r, 0, s + 0.1 * r, s + 0.1 * r + 0.05) for s in range(4)
+             for r in range(4)]
+    memory = [(r, s, s + 0.1 * r, 1000 * (s + 1) + r) for s in range(4) for r in range(4)]  # ranks 2, 3: replica 1
+    write_trace_json(tmp_path / "trace.json", trace, memory, pp=2)
+    rows = wandb_log.history_rows(result, tmp_path)
+    assert [r.get("per_step/peak_activation_bytes") for r in rows] == [None, 2001, 3001, 4001]
+    assert [(r["per_step/peak_activation_bytes/rank_0"], r["per_step/peak_activation_bytes/rank_1"])
+            for r in rows[1:]] == [(2000, 2001), (3000, 3001), (4000, 4001)]
+    assert "per_step/peak_activation_bytes/rank_2" not in rows[1]
