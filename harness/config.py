@@ -311,6 +311,7 @@ class Config:
     debug: bool = False  # show tracebacks instead of one-line errors
     profile: str | None = None  # per-layer profile JSON: partition=profile costs; compute=emulated sleeps it
     fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
+    clock_skew_s: list[float] | None = None  # TEST ONLY: [global rank] seconds added to its clock, as another host's (harness/runtime/clock.py)
 
 
 def planned_microbatch_size(c: Config) -> int:

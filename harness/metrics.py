@@ -13,7 +13,7 @@ from dataclasses import replace
 import torch
 
 from harness import theory
-from harness.execution import Execution
+from harness.execution import Execution, clock_record
 from harness.flops import flops_of
 from harness.plan import Plan
 from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
@@ -318,4 +318,5 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
         stage_time_s=stage_times,
         measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
         mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},
+        **clock_record(run, measured_trace),
     )

@@ -20,6 +20,10 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
 - 5: `metrics.bubble.steady_measured` and `steady_simulated`: the bubble of overlapped steps
   (each rank's span, first compute start to last compute end, against the longest: the
   zero-bubble paper's bubble rate); older records read them as null.
+  `metrics.clock_offset_ns_per_global_rank`, `clock_uncertainty_ns_per_global_rank`,
+  `clock_uncertainty_ns` (the worst) and `clock_note` (the bubble flagged where that is > 5% of
+  the mean compute action): each rank's clock put on rank 0's (harness/runtime/clock.py); null
+  for executor=sim and in older records (one host, one clock).
 """
 
 from __future__ import annotations
@@ -188,6 +192,12 @@ class Metrics:
     step_time_iqr_s: list[float] | None = None  # [25th, 75th] percentile of step_times_s
     model_step_s: float | None = None  # the cost model's step (executor=sim's): what this run is held against
     flops: Flops | None = None
+    # each rank's clock on rank 0's (harness/execution.py clock_record): [global rank] ns added to
+    # its timestamps, and how far off that may be (0 and 0 on rank 0's host); None: executor=sim
+    clock_offset_ns_per_global_rank: list[int] | None = None
+    clock_uncertainty_ns_per_global_rank: list[int] | None = None
+    clock_uncertainty_ns: int | None = None  # the worst of them
+    clock_note: str | None = None  # the bubble flagged: that uncertainty is > 5% of the mean compute action
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The Trace: timed events of each step, per rank, the same type from every executor.
 
-Times are seconds on one clock shared by all ranks of the run (time.perf_counter_ns is
-CLOCK_MONOTONIC on Linux, so processes of one host agree), relative to the run's origin.
+Times are seconds on one clock for all ranks of the run, rank 0's, relative to the run's
+origin: each rank's own clock (time.perf_counter_ns, CLOCK_MONOTONIC: one per host) plus its
+offset to rank 0's, measured at the start of the job (harness/runtime/clock.py).
 """
 
 from __future__ import annotations

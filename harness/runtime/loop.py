@@ -1,6 +1,7 @@
 """The one rank loop every real executor shares: join the world, build the executor's
-runner, run every step (gc between steps, fault injection, a barrier, the runner's actions,
-the optimizer), and return a typed RankReport.
+runner, measure the rank's clock against rank 0's (harness/runtime/clock.py), run every step
+(gc between steps, fault injection, a barrier, the runner's actions, the optimizer), and
+return a typed RankReport.
 
 An executor supplies only a runner (harness/runtime/registry.py names it): an object that
 builds this rank's stages and runs one step of their actions. What it cannot measure it
@@ -29,6 +30,7 @@ from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
 from harness.runtime.orphans import die_with_parent
 from harness.execution import RankReport
+from harness.runtime.clock import estimate_offset, same_clock, skew_ns
 from harness.runtime.tracer import Tracer, clock_for
 from harness.trace import COMPUTE
 
@@ -111,12 +113,13 @@ def storage_bytes(tensors: Any) -> int:
     return sum(seen.values())
 
 
-def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: str) -> RankReport:
+def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: str, one_host: bool = False) -> RankReport:
     """Joins the world as `rank`, builds the runner, runs every step. The caller owns the
-    process group's teardown (torchrun gathers over it first)."""
+    process group's teardown (torchrun gathers over it first). `one_host`: every rank was forked
+    on this host (one clock: nothing to measure, unless clock_skew_s says otherwise)."""
     device = join_world(rank, plan, rendezvous)
     c = plan.config
-    tracer = Tracer(clock_for(device))
+    tracer = Tracer(clock_for(device, skew_ns(c.clock_skew_s, rank)))
     layout = Layout(c.pp, c.dp)
     dp_group = layout.dp_group(rank)  # collective: before the runner's own groups, on every rank
     runner: Runner = load_runner(runner_path)(RankContext(rank, plan, device, tracer, layout, dp_group))
@@ -130,6 +133,9 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     metered = True
     held = {"params": storage_bytes(params), "grads": 0, "optimizer": 0, "activations": None, "peak": None}
     total = c.warmup_steps + c.steps
+    # this clock against rank 0's: collective, unless every rank reads this host's one clock
+    report.clock = (same_clock(tracer.clock) if one_host and not c.clock_skew_s else
+                    estimate_offset(tracer.clock, plan.backend, device))
     gc.disable()  # a collection pause inside a step is jitter; collect between steps instead...
     try:
         for step in range(total):
@@ -154,7 +160,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
             mem = runner.step_memory()
             metered = metered and mem is not None
             if mem is not None:
-                memory += [(step, t, b) for t, b in mem.samples]
+                memory += [(step, tracer.clock.local(t), b) for t, b in mem.samples]  # the meter reads the host's
             if step >= c.warmup_steps:
                 held["grads"] = max(held["grads"], grads)
                 held["optimizer"] = max(held["optimizer"], optimizer.state_bytes())
@@ -211,7 +217,7 @@ def serve(rank: int, rendezvous: str | dist.Store, plan: Plan, results: Queue, r
     """One job as `rank`; its report or its error on `results`; the process group left."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
     try:
-        results.put((rank, "ok", run_rank(rank, plan, rendezvous, runner_path)))
+        results.put((rank, "ok", run_rank(rank, plan, rendezvous, runner_path, one_host=True)))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
         results.put((rank, "error", one_line(e)))
     finally:

@@ -1,4 +1,5 @@
-"""A rank's trace buffer: the timed events of the running step, on the rank's clock.
+"""A rank's trace buffer: the timed events of the running step, on the rank's clock (its
+offset to rank 0's is added where every rank's events meet: harness/execution.py from_reports).
 
 Every real executor records through one Tracer: the rank loop (barrier, optimizer), the
 runner (compute actions) and the transport (receive waits, sends). Tokens are the clock's
@@ -45,5 +46,6 @@ class Tracer:
         return out
 
 
-def clock_for(device: Any) -> HostClock | CudaClock:
-    return CudaClock(device) if device.type == "cuda" else HostClock()
+def clock_for(device: Any, skew_ns: int = 0) -> HostClock | CudaClock:
+    """The rank's clock; `skew_ns` (test-only: clock_skew_s) is added to every reading."""
+    return CudaClock(device, skew_ns) if device.type == "cuda" else HostClock(skew_ns)
