@@ -417,13 +417,15 @@ def test_zb_auto_is_searched_at_the_largest_memory_limit_the_budget_allows(monke
     monkeypatch.chdir(ROOT)
     probe = build_problem(HERE, 16)
     pt = Point("zb_auto", 4, 8, 1, 1, 2, False, 0, "pp_inner", 1.0)
-    held = [holding(probe, pt.config(probe.config), n).peak for n in range(9)]
+    c = pt.config(probe.config)
+    held = [holding(probe, c, n).peak for n in range(9)]
     assert all(a < b for a, b in zip(held[1:], held[2:]))  # each microbatch more holds more
-    gib = probe.cluster.memory_reserve_gib + (held[3] + held[4]) / 2 / 2**30
-    p = build_problem(HERE + [f"cluster.memory_per_gpu_gib={gib!r}"], 16)
-    c, usable = pt.config(p.config), p.cluster.usable_bytes
-    assert holding(p, c, 3).peak <= usable < holding(p, c, 4).peak
-    assert budget_limit(p, c, 8) == 3 == max(n for n in range(9) if holding(p, c, n).peak <= usable)
+    cl = probe.cluster
+    gib = cl.memory_reserve_gib + (held[3] + held[4]) / 2 / 2**30  # as cluster.memory_per_gpu_gib=<gib> sets it
+    p = replace(probe, config=replace(probe.config, cluster=replace(cl, memory_per_gpu_gib=gib)),
+                cluster_keys=[*probe.cluster_keys, f"cluster.memory_per_gpu_gib={gib!r}"])
+    usable = p.cluster.usable_bytes
+    assert held[3] <= usable < held[4] and budget_limit(p, c, 8) == 3
     r = search(p, AUTO_SPACE, workers=1)
     [x] = r.predictions
     assert x.point.memory_limit == 0.75 and x.fits and x.memory.peak <= holding(p, c, 3).peak

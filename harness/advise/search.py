@@ -376,17 +376,22 @@ def budget_limit(p: Problem, c: Config, cap: int) -> int:
     GPU; 0 if not one does. `holding` is convex in the count (the largest of linear parts), so the
     line through the counts 1 and 2 reaches the budget at or after the answer: checked there,
     bisected below it where it does not fit."""
+    return _budget(p, c, cap)[0]
+
+
+def _budget(p: Problem, c: Config, cap: int) -> tuple[int, int]:
+    """budget_limit, and the bytes of holding one."""
     if c.global_batch is not None:
         c = replace(c, microbatch_size=planned_microbatch_size(c))
     bounds = tuple(make_partition(c, p.model, c.pp).bounds)
     usable = p.cluster.usable_bytes
     one = _holding(p, c, bounds, 1).peak
     if one > usable or cap <= 1:
-        return 0 if one > usable else cap
+        return (0 if one > usable else cap), one
     slope = _holding(p, c, bounds, 2).peak - one
     hi = cap if slope <= 0 else min(cap, 1 + (usable - one) // slope)
     if hi <= 1 or _holding(p, c, bounds, hi).peak <= usable:
-        return max(1, hi)
+        return max(1, hi), one
     lo, hi = 1, hi - 1  # holding(lo) fits; the answer is in [lo, hi]
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -394,7 +399,7 @@ def budget_limit(p: Problem, c: Config, cap: int) -> int:
             lo = mid
         else:
             hi = mid - 1
-    return lo
+    return lo, one
 
 
 def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], None]) -> list[Point]:
@@ -420,11 +425,10 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
             out.append(q)
         return out
     c = pt.config(p.config)
-    most = budget_limit(p, c, min(m, 2 * pp))
+    most, one = _budget(p, c, min(m, 2 * pp))
     if most < 1:
-        need = holding(p, c, 1).peak
         drop("zb_auto: not one microbatch per rank fits the memory budget (memory theory)",
-             f"{pt.label()}: {need / GIB:.1f} GiB holding 1, {p.cluster.usable_bytes / GIB:.1f} GiB usable")
+             f"{pt.label()}: {one / GIB:.1f} GiB holding 1, {p.cluster.usable_bytes / GIB:.1f} GiB usable")
         return out
     ones = min(pp, m)  # what memory_limit=1 holds
     if ones <= most:
