@@ -235,15 +235,16 @@ def _lags(events: list[dict], pp: int, ranks: int) -> dict[int, list[float]]:
 @pytest.mark.slow
 def test_a_skewed_run_measures_what_an_unskewed_run_measures(tmp_path, config):
     """pp=4 x dp=2, emulated (20 ms F, 40 ms B a stage), once with one clock and once with an
-    hour of skew on half the ranks: the records' bubble and each part of its attribution agree
-    within the noise of the runs (4 standard errors of the difference of their per-step means,
-    at least 0.03: what test_pipeline allows a run of this machine against the closed form) plus
-    the clocks' 2u / window; trace.json's per-rank event order is the same, and each rank's lag
-    behind its pipeline's first compute (cross-rank timing: an hour off with the clocks as read)
-    agrees within 2u plus the lags' noise (4 standard errors, at least 2 ms for each forward and
-    hop before the rank's first action: an emulated action or a receive wakes from a sleep up to
-    ~1 ms late on a loaded 2-core machine, in either run; seen: up to 3.7 ms at pipeline rank 3).
-    A wrong clock shows as an hour."""
+    hour of skew on half the ranks. The records' bubble and each part of its attribution agree
+    within the clocks' 2u / window plus the runs' noise: 4 standard errors of the difference of
+    their per-step means, plus 0.03 (what test_pipeline allows a run of this machine against the
+    closed form; seen: up to 0.015). trace.json's per-rank event order is the same, and each
+    rank's lag behind its pipeline's first compute (cross-rank timing: an hour off with the
+    clocks as read) agrees within 2u plus the lags' noise: 4 standard errors, plus 4 ms for each
+    forward and receive before the rank's first action (each wakes from a sleep, which on a
+    loaded 2-core machine can wait a scheduler slice, 4 ms at HZ=250, in one run and not the
+    other; seen: up to 8.5 ms at pipeline rank 3). A wrong clock shows as an hour; the
+    microsecond check is test_an_hour_of_skew_on_half_the_ranks_is_undone's, within one run."""
     from harness.job import run_job
 
     results, traces = {}, {}
@@ -266,7 +267,7 @@ def test_a_skewed_run_measures_what_an_unskewed_run_measures(tmp_path, config):
     assert on_disk["clock_note"] is None or on_disk["clock_note"].startswith("bubble uncertain")  # > 5% of an action
 
     def noise(a: list[float], b: list[float], floor: float) -> float:
-        return max(floor, 4 * (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5)
+        return floor + 4 * (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
 
     window = min(ref.step_time_s, skewed.step_time_s)
     tol = noise(ref.bubble.measured_per_step, skewed.bubble.measured_per_step, 0.03) + 2 * u / (window - 2 * u)
@@ -281,7 +282,7 @@ def test_a_skewed_run_measures_what_an_unskewed_run_measures(tmp_path, config):
     lags = {n: _lags(traces[n], 4, 8) for n in traces}
     for r in range(8):
         a, b = lags["one_clock"][r], lags["skewed"][r]
-        tol_us = noise(a, b, 2000.0 * (r % 4 + 1)) + 2 * u * 1e6
+        tol_us = noise(a, b, 4000.0 * (r % 4)) + 2 * u * 1e6
         assert abs(statistics.fmean(a) - statistics.fmean(b)) <= tol_us, (r, a, b, tol_us)
 
 
