@@ -299,6 +299,7 @@ class Config:
     warmup_steps: int = 1  # steps run before measuring (not in the metrics, losses kept)
     seed: int = 0  # model init and data
     repeat: int = 0  # a label, nothing else: sweep repeat=0,1,2 to see how much the same config varies run to run
+    repeats: int = 1  # a sweep (-m) runs every point this many times, as repeat=0..repeats-1, interleaved across points
     lr: float = 0.01  # the optimizer's learning rate
     dtype: str = "fp32"  # fp32 | bf16 | fp16: parameters, activations, messages, gradients (fp32 masters in the optimizer)
     zero: int = 0  # 0 | 1: ZeRO-1, each stage's optimizer state sharded across its dp replicas
@@ -458,7 +459,7 @@ def check_values(c: Config) -> None:
     one_of("start_method", c.start_method, START_METHODS)
     one_of("dtype", c.dtype, DTYPE_NAMES)
     one_of("placement", c.placement, PLACEMENTS)
-    for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "max_processes"):
+    for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "max_processes", "repeats"):
         at_least(key, getattr(c, key), 1)
     at_least("warmup_steps", c.warmup_steps, 0)
     at_least("checkpoint_every", c.checkpoint_every, 0)

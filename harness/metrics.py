@@ -16,7 +16,8 @@ from harness import theory
 from harness.execution import Execution, clock_record
 from harness.flops import flops_of
 from harness.plan import Plan
-from harness.result import Attribution, Bubble, Budget, GradCheck, Memory, Metrics
+from harness.intervals import LEVEL, interval
+from harness.result import Attribution, Bubble, Budget, GradCheck, Intervals, Memory, Metrics
 from harness.schedules.ir import Kind
 from harness.schedules.registry import spec
 from harness.simulate import engine
@@ -277,7 +278,13 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     steady_simulated = engine.steady_bubble(plan.compiled, with_comm, plan.timing(with_comm))
     ideal, ideal_costs = bubble_theory(plan, costs)
     seq = getattr(c.model, "seq", None)
+    t_lo, t_hi = interval(times)
+    intervals = Intervals(
+        level=LEVEL, method="simulated: every step alike" if repeats > 1 or plan.simulated else
+        "bootstrap of the median over the measured steps", steps=len(times), step_time_s=[t_lo, t_hi],
+        bubble=list(interval(step_bubbles)), throughput_samples_s=[samples / t_hi, samples / t_lo])
     return Metrics(
+        intervals=intervals,
         step_time_s=st,
         step_times_s=times,
         step_time_iqr_s=quartiles(times),

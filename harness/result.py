@@ -19,7 +19,8 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   HFU where the device's peak is known (harness/flops.py); older records read it as null.
 - 5: `metrics.bubble.steady_measured` and `steady_simulated`: the bubble of overlapped steps
   (each rank's span, first compute start to last compute end, against the longest: the
-  zero-bubble paper's bubble rate); older records read them as null.
+  zero-bubble paper's bubble rate); older records read them as null. `metrics.intervals`: 95%
+  confidence intervals of step time, bubble and throughput over the measured steps.
   `metrics.clock_offset_ns_per_global_rank`, `clock_uncertainty_ns_per_global_rank`,
   `clock_uncertainty_ns` (the worst) and `clock_note` (the bubble flagged where that is > 5% of
   the mean compute action): each rank's clock put on rank 0's (harness/runtime/clock.py); null
@@ -172,6 +173,18 @@ class Flops:
 
 
 @dataclass
+class Intervals:
+    """95% confidence intervals of a job's figures over its measured steps (harness/intervals.py:
+    a bootstrap of the median); one step, or a simulation's identical steps, give a point."""
+    level: float
+    method: str
+    steps: int  # the samples
+    step_time_s: list[float]  # [lo, hi]
+    bubble: list[float]  # [lo, hi] of the step bubble (bubble.measured_per_step)
+    throughput_samples_s: list[float]  # [lo, hi]: samples per step over the step-time interval
+
+
+@dataclass
 class Metrics:
     step_time_s: float  # median over measured steps, optimizer included
     step_times_s: list[float]
@@ -198,6 +211,7 @@ class Metrics:
     clock_uncertainty_ns_per_global_rank: list[int] | None = None
     clock_uncertainty_ns: int | None = None  # the worst of them
     clock_note: str | None = None  # the bubble flagged: that uncertainty is > 5% of the mean compute action
+    intervals: Intervals | None = None
 
 
 @dataclass
