@@ -17,7 +17,8 @@ from harness.gc_pause import paused
 from harness.metrics import compute_metrics, grad_check, over_budget
 from harness.plan import Plan, make_plan
 from harness.precision import Precision
-from harness.record import GANTT, RESULT, RUNNING, TRACE, environment, write_json_atomic, write_trace_json
+from harness.record import (GANTT, RESULT, RUNNING, TRACE, environment, wall_clock_origin, write_json_atomic,
+                            write_trace_json)
 from harness.reference import reference_losses
 from harness.result import Metrics, RecordError, Result, read
 from harness.wandb_log import log_wandb
@@ -74,7 +75,8 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     others are complete: a job interrupted here is rerun by resume), then the wandb run. Every
     file is written atomically and fsynced."""
     c = plan.config
-    result.trace_json = write_trace_json(out_dir / TRACE, run.trace, run.memory, c.pp)
+    result.trace_json = write_trace_json(out_dir / TRACE, run.trace, run.memory, c.pp,
+                                         origin_wall_s=wall_clock_origin(run))
     last = max(e.step for e in run.trace)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))

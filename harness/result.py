@@ -268,6 +268,8 @@ class Result:
         line = (f"{what}: {bubble}, step {m.step_time_s * 1e3:.1f} ms, {m.throughput_samples_s:.0f} samples/s"
                 + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s else "")
                 + (f", {flops_phrase(m.flops)}" if m.flops is not None else ""))
+        if m.clock_note:
+            line += f" [{m.clock_note}]"
         if self.env is not None and self.env.oversubscribed:
             line += (f" [oversubscribed: {self.env.ranks_on_host} busy ranks on {self.env.cores} cores, so these "
                      "timings measure contention; compute=emulated shows the schedule]")
