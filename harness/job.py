@@ -14,7 +14,7 @@ import torch
 from harness.config import Config, ConfigError
 from harness.gantt import plot_gantt
 from harness.gc_pause import paused
-from harness.metrics import compute_metrics, grad_check, over_budget
+from harness.metrics import compute_metrics, grad_check, over_budget, verdict
 from harness.plan import Plan, make_plan
 from harness.precision import Precision
 from harness.record import (GANTT, RESULT, RUNNING, TRACE, environment, wall_clock_origin, write_json_atomic,
@@ -122,7 +122,8 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
                 if run is None:
                     return result  # a torchrun/submitit rank other than 0: rank 0 records the job
                 result.metrics = measure(plan, run, result.env.device_name)
-                result.status, result.wall_s = "ok", time.time() - started
+                result.status, result.error = verdict(plan.config, result.metrics)
+                result.wall_s = time.time() - started
                 write_records(out_dir, result, plan, run, group, name)
     except ConfigError as e:
         result.error_detail = e.detail

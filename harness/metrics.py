@@ -6,6 +6,7 @@ over all ranks. Bubble of a rank: 1 - its compute time in the window / window le
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import replace
@@ -15,6 +16,7 @@ import torch
 from harness import theory
 from harness.execution import Execution, clock_record
 from harness.flops import flops_of
+from harness.config import Config
 from harness.plan import Plan
 from harness.intervals import LEVEL, interval
 from harness.result import Attribution, Bubble, Budget, GradCheck, Intervals, Memory, Metrics
@@ -183,9 +185,33 @@ def grad_check(pipeline: dict[str, torch.Tensor], reference: dict[str, torch.Ten
     worst, where = 0.0, None
     for name, r in reference.items():
         d = float((pipeline[name] - r).abs().max() / r.abs().max().clamp_min(1e-30))
+        if not math.isfinite(d):  # a NaN compares false with everything: it must not hide
+            d = math.inf
         if d >= worst:
             worst, where = d, name
     return GradCheck(max_rel_diff=worst, worst_param=where, params=len(reference))
+
+
+# verify_grads: the largest relative difference from one process a job may show, per dtype (its
+# rounding; tests/test_precision_optimizer.py holds runs to a fifth of it)
+GRAD_TOLERANCE = {"fp32": 1e-4, "bf16": 1e-1, "fp16": 1e-2}
+
+
+def verdict(c: Config, m: Metrics) -> tuple[str, str | None]:
+    """(status, error) of a job that ran: `diverged` where a loss is not finite (its timings
+    stand), `failed` where verify_grads found the gradients off by more than the dtype's
+    tolerance, else `ok`."""
+    bad = [i for i, x in enumerate(m.losses or []) if x is None or not math.isfinite(x)]
+    if bad:
+        return "diverged", (f"the loss is not finite from step {bad[0]} (lr={c.lr:g}, dtype={c.dtype}); "
+                            "its timings are measured, its losses null from there")
+    if m.grad_check is not None:
+        m.grad_check.tolerance = tol = GRAD_TOLERANCE[c.dtype]
+        if not m.grad_check.max_rel_diff <= tol:
+            return "failed", (f"verify_grads: the accumulated gradients differ from one process's by "
+                              f"{m.grad_check.max_rel_diff:.3g} (relative, in {m.grad_check.worst_param}), beyond "
+                              f"{c.dtype}'s tolerance {tol:g}")
+    return "ok", None
 
 
 def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:

@@ -155,6 +155,7 @@ class GradCheck:
     max_rel_diff: float  # max over parameters of max |g - r| / max |r| against one process
     worst_param: str | None
     params: int
+    tolerance: float | None = None  # the dtype's (harness/metrics.py GRAD_TOLERANCE): beyond it the job failed
 
 
 @dataclass
@@ -190,7 +191,7 @@ class Metrics:
     step_times_s: list[float]
     throughput_samples_s: float  # M x B x dp / step_time_s
     throughput_tokens_s: float | None  # gpt: x seq
-    losses: list[float] | None  # every step, warm-up included; None for executor=sim
+    losses: list[float | None] | None  # every step, warm-up included (null where not finite); None for executor=sim
     bubble: Bubble
     dp_sync_s: float | None
     dp_sync_share: float | None
@@ -216,7 +217,7 @@ class Metrics:
 
 @dataclass
 class Result:
-    status: str  # ok | failed | interrupted | skipped (theory says it does not fit memory_budget_gib)
+    status: str  # ok | diverged (a loss not finite) | failed | interrupted | skipped (over memory_budget_gib)
     error: str | None  # one line
     config: dict  # the resolved (and, once planned, the planned) config
     env: Env | None = None
@@ -253,7 +254,7 @@ class Result:
         what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
         if self.status == "skipped":
             return f"{what}: skipped: {self.error}"
-        if self.status != "ok" or m is None:
+        if self.status not in ("ok", "diverged") or m is None:
             return f"{what}: {self.status}: {self.error}"
         b = m.bubble
         theory = "n/a" if b.theory is None else f"{b.theory:.3f}"
@@ -270,6 +271,8 @@ class Result:
                 + (f", {flops_phrase(m.flops)}" if m.flops is not None else ""))
         if m.clock_note:
             line += f" [{m.clock_note}]"
+        if self.status == "diverged":
+            line += f" [diverged: {self.error}]"
         if self.env is not None and self.env.oversubscribed:
             line += (f" [oversubscribed: {self.env.ranks_on_host} busy ranks on {self.env.cores} cores, so these "
                      "timings measure contention; compute=emulated shows the schedule]")

@@ -54,8 +54,24 @@ def test_accumulated_gradients_equal_the_full_batch_gradient(tmp_path, config, s
 
 
 def test_broken_accumulation_is_caught(tmp_path, config):
-    """fault=noaccum keeps only the last microbatch's gradient on rank 1: verify_grads sees it."""
+    """fault=noaccum keeps only the last microbatch's gradient on rank 1: verify_grads sees it,
+    and the job fails with the figure in its error."""
     c = config(pp=2, microbatches=4, verify_grads=True, steps=1, warmup_steps=0, fault="noaccum@rank1,step0")
-    check = run_job(c, tmp_path, "test", "broken").metrics.grad_check
-    assert check.max_rel_diff > 0.1
+    result = run_job(c, tmp_path, "test", "broken")
+    check = result.metrics.grad_check
+    assert check.max_rel_diff > 0.1 and check.tolerance == 1e-4
     assert check.worst_param.split(".")[0] in {"4", "5", "6", "7"}  # a layer of rank 1's stage
+    assert result.status == "failed" and f"by {check.max_rel_diff:.3g}" in result.error
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
+def test_a_diverged_run_is_recorded_as_such_and_read_back(tmp_path, config):
+    """lr=1e30: the loss goes non-finite; the record says diverged, its losses null from there
+    (strict JSON), its timings measured, and it reads back (not corrupt)."""
+    from harness.result import read
+
+    result = run_job(config(pp=2, microbatches=2, steps=2, lr=1e30), tmp_path, "test", "diverged")
+    assert result.status == "diverged" and "not finite from step 1" in result.error
+    back = read(tmp_path / "result.json")
+    assert back.status == "diverged" and back.metrics.losses[0] is not None and None in back.metrics.losses
+    assert back.metrics.step_time_s > 0
