@@ -11,16 +11,17 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.compose import register, to_config
 from harness.config import ConfigError
-from harness.job import run_job
+from harness.job import DISK_FULL, config_diff as _config_diff, rerun_statuses, resume_why_not, run_job
 from harness.locks import Busy, DirLock
 from harness.plan import make_plan
-from harness.record import GANTT, RESULT, TRACE
+from harness.record import RESULT, point_key, provenance
 from harness.result import RecordError, read
 from harness.runtime.launch import external_rank, shared_pool
+from harness.sweeper import point_id
 
 register()
 
@@ -40,43 +41,35 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def resume_skips(out: Path, cfg: DictConfig) -> str | None:
-    """resume=true: why this job need not run again (its record is ok and complete, and was
-    made from the config asked for now), or None to run it."""
+def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | None:
+    """resume=true for one run directory: why its job need not run again (its record is kept:
+    ok and complete, diverged or skipped unless rerun= names it, and made from the same config,
+    code and input files: job.resume_why_not), or None to run it, saying why where there was a
+    record. A sweep's points are decided by its sweeper, before any is launched."""
     try:
         stored = read(out / RESULT)
     except RecordError:
         return None  # missing, corrupt or partial: run it again
-    if stored.status != "ok" or not all((out / f).is_file() for f in (TRACE, GANTT)):
-        return None
     try:
-        asked = asdict(make_plan(to_config(cfg), _cuda_devices()).config)
+        c = to_config(cfg)
+        plan = make_plan(c, _cuda_devices())
+        rerun = rerun_statuses(c.rerun)
     except ConfigError:
-        return None  # the run records why
-    if diff := config_diff(stored.config, asked):
-        print(f"harness: {out.name}: the earlier record was made from another config ({diff}); running it again",
-              flush=True)
-        return None
-    return "ok in an earlier run"
+        return None  # refused when it runs
+    why = resume_why_not(stored, out, asdict(plan.config), provenance(plan.config, point), rerun)
+    if why is None:
+        return f"{stored.status} in an earlier run"
+    print(f"harness: {out.name}: running it again: {why}", flush=True)
+    return None
 
 
 def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
     """`key: old -> new` for every setting that changes what runs (run control excluded)."""
-    out = []
-    for key in sorted(set(stored) | set(asked)):
-        if prefix == "" and key in ("resume", "debug", "wandb", "timeout_s", "skip_invalid", "fault"):
-            continue
-        old, new = stored.get(key), asked.get(key)
-        if isinstance(old, dict) and isinstance(new, dict):
-            if sub := config_diff(old, new, f"{prefix}{key}."):
-                out.append(sub)
-        elif old != new:
-            out.append(f"{prefix}{key}: {old} -> {new}")
-    return ", ".join(out)
+    return _config_diff(stored, asked, prefix)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
@@ -88,13 +81,23 @@ def main(cfg: DictConfig) -> None:
         print(f"harness: error: repeats={cfg.repeats}: repeats are points of a sweep (allowed: 1 here; "
               f"python -m harness -m ... repeats={cfg.repeats} runs each point that many times)", file=sys.stderr)
         sys.exit(2)
-    if cfg.resume and (why := resume_skips(out, cfg)):
+    # the job's identity, whatever its number (harness/record.py point_ids; its sweeper's, in a sweep)
+    overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
+    point = point_id(Path(hc.sweep.dir), int(hc.job.num), overrides) if sweep else point_key(overrides)
+    # the run guard (harness.callbacks.RunGuard) or harness's sweeper decided resume before Hydra wrote anything
+    decided = (str(OmegaConf.select(hc, "sweeper._target_", default="")).startswith("hydra_plugins.harness_sweeper")
+               if sweep else "guard" in (hc.callbacks or {}))
+    if cfg.resume and not decided and (why := resume_skips(out, cfg, point)):
         print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
-        return
+        return {"status": "kept"}
     try:
-        with DirLock(out):
-            result = run_job(to_config(cfg), out, group, name, _cuda_devices(), shared_pool() if sweep else None)
+        with DirLock(out):  # taken already by the guard or the sweeper: held once more
+            result = run_job(to_config(cfg), out, group, name, _cuda_devices(), shared_pool() if sweep else None,
+                             point=point, record_invalid=sweep)
     except Busy as e:
+        if sweep:  # left to the other writer; the sweep goes on and its summary says so
+            print(f"harness: {name}: not run: {e}", file=sys.stderr, flush=True)
+            return {"status": "locked", "error": str(e)}
         print(f"harness: error: {e}", file=sys.stderr)
         sys.exit(2)
     except ConfigError as e:
@@ -102,15 +105,18 @@ def main(cfg: DictConfig) -> None:
         print(f"harness: error: {e}" if rank == 0 else f"harness: error (rank {rank}): {e}", file=sys.stderr)
         if not sweep:
             sys.exit(2)
-        return  # recorded as failed; the sweep goes on and its exit status counts it
+        return {"status": "failed", "error": str(e)}  # the sweep goes on and its exit status counts it
     except KeyboardInterrupt:
         print(f"harness: interrupted; {out / RESULT} says so, finished jobs keep their records", file=sys.stderr)
         sys.exit(130)
+    outcome = {"status": result.status, "error": result.error,
+               "disk_full": (result.error or "").startswith(DISK_FULL)}
     if rank != 0:
-        return
+        return outcome
     for note in result.plan.notes if result.plan else []:
         print(f"harness: note: {note}", flush=True)
     print(f"harness: {result.headline()}", flush=True)
     print(f"harness: records in {out}", flush=True)
     if result.status not in ("ok", "skipped") and not sweep:
         sys.exit(1)
+    return outcome

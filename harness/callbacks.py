@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.record import RESULT
 from harness.report.load import scan
 from harness.result import RecordError, read
-from harness.sweeper import SWEEP_RECORD
+from harness.locks import SWEEP_RECORD
 
 
 def sweep_size(config: DictConfig) -> int | None:
@@ -151,30 +151,178 @@ class Progress(Callback):
               file=sys.stderr if problem else sys.stdout, flush=True)
 
 
+def _some(items: Any, shown: int = 5) -> str:
+    items = list(items)
+    return "; ".join(items[:shown]) + (f"; and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def _task_overrides(config: DictConfig) -> list[str]:
+    """The command line's overrides as typed (`microbatches=${pp}` not resolved)."""
+    node = OmegaConf.select(config, "hydra.overrides.task", default=None)
+    return [str(o) for o in OmegaConf.to_container(node, resolve=False)] if node is not None else []
+
+
+def _refuse(message: str) -> NoReturn:
+    rank = os.environ.get("RANK", "0")
+    print(f"harness: error: {message}" if rank == "0" else f"harness: error (rank {rank}): {message}",
+          file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+class RunGuard(Callback):
+    """A single run (`python -m harness ...` without -m), before Hydra makes its directory or
+    writes anything there (.hydra/, app.log): the directory is refused if it is no place for
+    records (locks.unsafe_dir), a sweep's or a sweep job's (the sweep owns its records), or
+    being written by another harness (it or a directory above it); the config is validated
+    (composed, typed, planned: what would be refused later is refused now, exit 2, nothing
+    written); then the directory's lock is taken and held to the run's end, and resume=true
+    decides whether the run's record stands (app.resume_skips: exit 0, nothing written)."""
+
+    def __init__(self) -> None:
+        self.lock: Any = None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra turns a callback's exception into a warning and runs the job: every error here
+        is said in one line and ends the run (debug=true or HYDRA_FULL_ERROR=1: all of it)."""
+        try:
+            self.check(config)
+        except Exception as e:  # noqa: BLE001 - composition, interpolation, planning: one line either way
+            from harness.compose import hydra_problem
+            from harness.sweeper import FULL_ERRORS_ENV
+
+            if os.environ.get(FULL_ERRORS_ENV) == "1":
+                import traceback
+
+                traceback.print_exc()
+                sys.exit(1)
+            _refuse(hydra_problem(e, _task_overrides(config)))
+
+    def check(self, config: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        from harness.app import _cuda_devices, resume_skips
+        from harness.compose import to_config
+        from harness.config import ConfigError
+        from harness.job import rerun_statuses
+        from harness.locks import Busy, DirLock, check_free, sweep_of, unsafe_dir
+        from harness.plan import make_plan
+        from harness.record import point_key
+
+        HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
+        cwd = str(config.hydra.runtime.cwd)
+        where = OmegaConf.select(config, "hydra.run.dir", default=None)
+        if why := unsafe_dir(where, cwd):
+            _refuse(f"hydra.run.dir={where or ''}: {why}; nothing written")
+        out = Path(os.path.abspath(os.path.join(cwd, str(where))))
+        if (sweep := sweep_of(out)) is not None:
+            what = "a sweep's directory" if sweep == out else f"a job directory of the sweep {sweep}"
+            _refuse(f"hydra.run.dir={where}: {what}, whose records are the sweep's; run it again as part of the sweep "
+                    f"(python -m harness -m <its keys> hydra.sweep.dir={sweep} resume=true); nothing written")
+        try:
+            check_free(out)
+        except Busy as e:
+            _refuse(str(e))
+        if config.repeats != 1:
+            _refuse(f"repeats={config.repeats}: repeats are points of a sweep (allowed: 1 here; "
+                    f"python -m harness -m ... repeats={config.repeats} runs each point that many times)")
+        # interpolations resolved first: one that fails is said as the command line wrote it (harness.cli)
+        OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), resolve=True)
+        try:
+            c = to_config(config, cwd=cwd)
+            rerun_statuses(c.rerun)
+            make_plan(c, _cuda_devices())
+        except ConfigError as e:
+            _refuse(str(e))
+        try:
+            self.lock = DirLock(out).acquire()
+        except Busy as e:
+            _refuse(str(e))
+        except OSError as e:
+            _refuse(f"hydra.run.dir={where}: cannot create it ({e.strerror})")
+        if c.resume and (why := resume_skips(out, config, point_key(_task_overrides(config)))):
+            name = config.hydra.job.override_dirname or "default"
+            print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
+            self.on_run_end(config)
+            sys.exit(0)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
 class SweepSummary(Callback):
     """After a sweep: how many jobs ran ok, were skipped (theory over memory_budget_gib), which
-    failed (or left a corrupt record, or none); exit 1 if any did. Records are read through result.read: never a FIFO or a device."""
+    failed (or left a corrupt record, or none); exit 1 if any did. One record per point, its
+    newest (a point's older records are superseded: listed, not counted). What harness's sweeper
+    tells it (`note`): the points resume=true kept and why it ran others again, jobs another
+    harness was writing (not run), and the job that found the disk full (the sweep stopped
+    there). Records are read through result.read: never a FIFO or a device."""
+
+    def __init__(self) -> None:
+        self.notes: dict[str, Any] = {}
+
+    def note(self, **notes: Any) -> None:
+        """From the sweeper, in this process (also when the disk is too full for sweep.json)."""
+        self.notes.update(notes)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.notes = {}
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.record import point_of, started_at
+        from harness.report.load import superseded
+
         sweep_dir = Path(config.hydra.sweep.dir)
-        status: dict[str, list[str]] = {}
+        status: dict[str, str] = {}  # job (relative to the sweep) -> status
+        entries = []
         found = scan(sweep_dir)
         for path in found.records:
+            job = os.path.relpath(path.parent, sweep_dir)
             try:
-                s = read(path).status
+                r = read(path)
+                status[job] = r.status
+                entries.append((job, point_of({"provenance": r.provenance}, path.parent), started_at(
+                    {"provenance": r.provenance}, path), True))
             except RecordError:
-                s = "corrupt"
-            status.setdefault(s, []).append(os.path.relpath(path.parent, sweep_dir))
+                status[job] = "corrupt"
         for job in found.missing:  # a job directory without a record: killed before recording
-            status.setdefault("missing", []).append(os.path.relpath(job, sweep_dir))
+            rel = os.path.relpath(job, sweep_dir)
+            status[rel] = "missing"
+            entries.append((rel, point_of({}, job), started_at({}, job), False))
         for d, _why in found.unreadable:
-            status.setdefault("unreadable", []).append(os.path.relpath(d, sweep_dir))
-        counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(status.items()))
-        skipped = sweep_record(config).get("skipped") or []
+            status[os.path.relpath(d, sweep_dir)] = "unreadable"
+        old = superseded(entries)
+        by: dict[str, list[str]] = {}
+        for job, s in status.items():
+            if job not in old:
+                by.setdefault(s, []).append(job)
+        counts = ", ".join(f"{len(v)} {k}" for k, v in sorted(by.items()))
+        record = sweep_record(config)
+        notes = {"resume": record.get("resume"), **self.notes}  # the sweeper's in this process; sweep.json's else
+        skipped = record.get("skipped") or []
         if skipped:
             counts += f"{', ' if counts else ''}{len(skipped)} skipped (cannot run; skip_invalid=true)"
-        print(f"harness: sweep {sweep_dir}: {counts}", flush=True)
-        bad = [j for k, v in status.items() if k not in ("ok", "skipped") for j in v]  # skipped: over memory_budget_gib
+        print(f"harness: sweep {sweep_dir}: {counts or 'no records'}", flush=True)
+        resume = notes.get("resume") or {}
+        if resume.get("kept") or resume.get("rerun"):
+            again = resume.get("rerun") or []
+            print(f"harness: resume: {len(resume.get('kept') or [])} kept from earlier runs, {len(again)} run again"
+                  + (f" ({_some(f'{job}: {why}' for job, why in again)})" if again else ""), flush=True)
+        if old:
+            print(f"harness: superseded by a newer record of the same point (not counted): "
+                  f"{_some(f'{job} (by {new})' for job, new in sorted(old.items()))}", flush=True)
+        bad = [j for k, v in by.items() if k not in ("ok", "skipped") for j in v]  # skipped: over memory_budget_gib
+        locked = notes.get("locked") or []
+        for job, why in locked:
+            print(f"harness: locked: {job}: not run ({why})", file=sys.stderr)
+        bad += [job for job, _ in locked if job not in bad]
+        if full := notes.get("disk_full"):
+            print(f"harness: disk full: {full['job']} hit it ({full['error']}); the sweep stopped there, "
+                  f"{full.get('not_run', 0)} point(s) not run (resume=true runs them once there is space)",
+                  file=sys.stderr)
+            if full["job"] not in bad:
+                bad.append(full["job"])
         if bad:
             print(f"harness: not ok: {', '.join(bad)}", file=sys.stderr)
             sys.exit(1)

@@ -307,7 +307,8 @@ class Config:
     max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
     start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
     timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
-    resume: bool = False  # in an existing sweep dir: skip jobs whose result.json says ok
+    resume: bool = False  # in an existing sweep dir: skip points whose newest record is ok (or diverged, skipped) and made from the same config, code and input files
+    rerun: str | None = None  # with resume: also rerun records that say diverged | skipped | diverged+skipped
     skip_invalid: bool = False  # a sweep with points that cannot run: run the others (listed as skipped) instead of none
     debug: bool = False  # show tracebacks instead of one-line errors
     profile: str | None = None  # per-layer profile JSON: partition=profile costs; compute=emulated sleeps it

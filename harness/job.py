@@ -3,10 +3,11 @@ plan -> run (a Result) -> records. Everything after planning reads the planned c
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -17,12 +18,12 @@ from harness.gc_pause import paused
 from harness.metrics import compute_metrics, grad_check, over_budget, verdict
 from harness.plan import Plan, make_plan
 from harness.precision import Precision
-from harness.record import (GANTT, RESULT, RUNNING, TRACE, environment, wall_clock_origin, write_json_atomic,
-                            write_trace_json)
+from harness.record import (GANTT, RESULT, RUNNING, TRACE, environment, provenance, wall_clock_origin,
+                            write_json_atomic, write_trace_json)
 from harness.reference import reference_losses
 from harness.result import Metrics, RecordError, Result, read
 from harness.wandb_log import log_wandb
-from harness.runtime.faults import maybe_interrupt, parse_fault
+from harness.runtime.faults import maybe_fail_write, maybe_interrupt, parse_fault
 from harness.execution import Execution, from_reports
 from harness.runtime.launch import (RankPool, WorkerError, external_rank, run_external,
                                    run_processes)
@@ -80,42 +81,86 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     last = max(e.step for e in run.trace)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))
-    maybe_interrupt(parse_fault(c.fault), "records")
+    fault = parse_fault(c.fault)
+    maybe_interrupt(fault, "records")
+    maybe_fail_write(fault, "records", out_dir / RESULT)
     write_json_atomic(out_dir / RESULT, result.to_json())
     result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                  c.wandb.entity)
     write_json_atomic(out_dir / RESULT, result.to_json())
 
 
+DISK_FULL = "disk full"  # how a job's error begins when a write found no space (ENOSPC, EDQUOT)
+
+
+def disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(e: OSError) -> str:
+    where = f" writing {Path(e.filename).name}" if e.filename else ""
+    return f"{DISK_FULL}: {e.strerror or 'no space left on device'}{where} ({e.filename or 'a record'})"
+
+
 def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0,
-            pool: RankPool | None = None) -> Result:
+            pool: RankPool | None = None, point: str | None = None, record_invalid: bool = False) -> Result:
     """Runs one job and writes its records; returns its Result. Any failure is recorded and
-    returned, never raised, except ConfigError (the config cannot run; raised after its
-    failed record is written) and KeyboardInterrupt (recorded `interrupted`). A sweep's rank
-    `pool` (harness/runtime/launch.py) runs it if it serves the plan."""
+    returned, never raised, except ConfigError (the config cannot run: raised, nothing written
+    and no earlier record replaced; with `record_invalid` (a sweep's job) a failed record where
+    there is none) and KeyboardInterrupt (recorded `interrupted`). A full disk fails the job
+    with what record space allows (error `disk full: ...`). `point`: the job's identity (its
+    overrides: record.point_ids; in its provenance, what resume and the report match records by). A sweep's rank `pool` (harness/runtime/launch.py) runs
+    it if it serves the plan."""
     pids: list[int] = []  # the workers', recorded so a test (or a suspicious user) can check they are gone
     result = Result("failed", None, asdict(c), worker_pids=pids)
-    (out_dir / RESULT).unlink(missing_ok=True)  # a rerun's earlier record no longer describes this directory
     started = time.time()
     rank0 = (external_rank() or (0, 0))[0] == 0
 
+    def write(data: Result) -> None:
+        """result.json, or as much of it as the disk takes: a record without its measurements
+        where the whole one does not fit (the error says so), none where nothing does."""
+        try:
+            write_json_atomic(out_dir / RESULT, data.to_json())
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            if not (data.error or "").startswith(DISK_FULL):
+                data.status, data.error = "failed", disk_full_error(e)
+            small = replace(data, env=None, plan=None, partition=None, metrics=None, trace_json=None)
+            try:
+                write_json_atomic(out_dir / RESULT, small.to_json())
+            except OSError as again:
+                if not disk_full(again):
+                    raise
+                data.error = f"{data.error}; no record written: the disk is full"
+
     def fail(status: str, error: str) -> Result:
         result.status, result.error, result.wall_s = status, error, time.time() - started
-        write_json_atomic(out_dir / RESULT, result.to_json())
-        if status == "failed":  # a dashboard that hides failures misleads; not on Ctrl-C
+        write(result)
+        if status == "failed" and not error.startswith(DISK_FULL):  # a dashboard that hides failures misleads
             result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                          c.wandb.entity)
-            write_json_atomic(out_dir / RESULT, result.to_json())
+            write(result)
         return result
 
     try:
         with paused():  # the plan's, the trace's and the records' many objects live until the job ends
-            plan = make_plan(c, cuda_devices)
+            try:
+                plan = make_plan(c, cuda_devices)
+            except ConfigError as e:  # refused: nothing of an earlier run in out_dir is replaced
+                result.error_detail = e.detail
+                if record_invalid and rank0 and not (out_dir / RESULT).exists():
+                    result.status, result.error, result.wall_s = "failed", str(e), time.time() - started
+                    write(result)
+                raise
+            for f in (RESULT, TRACE, GANTT):  # a rerun's earlier records no longer describe this directory
+                (out_dir / f).unlink(missing_ok=True)
             result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
+            result.provenance = provenance(plan.config, point, started)
             result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
             if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
                 result.status, result.error, result.wall_s = "skipped", why, time.time() - started
-                write_json_atomic(out_dir / RESULT, result.to_json())
+                write(result)
                 return result
             with ExitStack() as later:  # the workers' exit overlaps the measuring
                 run = execute(plan, pids, out_dir, later, pool)
@@ -125,10 +170,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
                 result.status, result.error = verdict(plan.config, result.metrics)
                 result.wall_s = time.time() - started
                 write_records(out_dir, result, plan, run, group, name)
-    except ConfigError as e:
-        result.error_detail = e.detail
-        if rank0:
-            fail("failed", str(e))
+    except ConfigError:
         raise
     except KeyboardInterrupt:
         if not _recorded_ok(out_dir):  # interrupted after result.json said ok: the record stands
@@ -136,12 +178,21 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         raise
     except WorkerError as e:
         return fail("failed", str(e))
+    except OSError as e:
+        if disk_full(e) and rank0:  # the job fails; the sweep stops and says which (harness/sweeper.py)
+            return fail("failed", disk_full_error(e))
+        if c.debug or not rank0:
+            raise
+        return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
     except Exception as e:  # noqa: BLE001 - a bug in one job must not end the sweep
         if c.debug or not rank0:
             raise  # torchrun's agent ends the other ranks; rank 0 records what it saw
         return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
     finally:
-        (out_dir / RUNNING).unlink(missing_ok=True)
+        try:
+            (out_dir / RUNNING).unlink(missing_ok=True)
+        except OSError:
+            pass
     return result
 
 
@@ -150,3 +201,87 @@ def _recorded_ok(out_dir: Path) -> bool:
         return read(out_dir / RESULT).status == "ok"
     except RecordError:
         return False
+
+
+# -- resume: whether a point's earlier record still stands, by content ---------------------------
+
+KEPT = ("ok", "diverged", "skipped")  # statuses resume=true keeps (rerun= names those to run again); others rerun
+RERUN = ("diverged", "skipped")  # what rerun= may name
+
+
+def rerun_statuses(value: str | None) -> frozenset[str]:
+    """rerun=diverged, rerun=skipped or rerun=diverged+skipped: the kept statuses resume=true
+    runs again; ConfigError (one line) for anything else."""
+    if value is None or value == "":
+        return frozenset()
+    names = str(value).split("+")
+    if any(n not in RERUN for n in names):
+        raise ConfigError(f"rerun={value}: unknown (allowed: {', '.join(RERUN)}, or both as diverged+skipped; "
+                          "failed, interrupted and missing records are always rerun by resume=true)")
+    return frozenset(names)
+
+
+def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
+    """`key: old -> new` for every setting that changes what runs (run control excluded)."""
+    from harness.record import RUN_CONTROL
+
+    out = []
+    for key in sorted(set(stored) | set(asked)):
+        if prefix == "" and key in RUN_CONTROL:
+            continue
+        old, new = stored.get(key), asked.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            if sub := config_diff(old, new, f"{prefix}{key}."):
+                out.append(sub)
+        elif old != new:
+            out.append(f"{prefix}{key}: {old} -> {new}")
+    return ", ".join(out)
+
+
+def _short(h: str | None) -> str:
+    return "none" if h is None else h[:12]
+
+
+def content_changed(stored: Result, asked_config: dict, asked: dict) -> str | None:
+    """Why a record no longer stands for what is asked now (`asked`: record.provenance of the
+    asked config), or None: its config, the code (commit, uncommitted changes) or a file the
+    run reads (by sha256)."""
+    if diff := config_diff(stored.config, asked_config):
+        return f"the config changed ({diff})"
+    code, prov = asked.get("code") or {}, stored.provenance
+    if prov is None:  # a record from before provenance: its commit, and no file it read can be compared
+        commit, now = stored.env.git_commit if stored.env else None, code.get("commit")
+        if commit and now and not now.startswith(commit):
+            return f"the code changed (commit {commit} -> {now[:12]})"
+        if asked.get("files"):
+            return f"its record has no content hashes of {', '.join(sorted(asked['files']))}"
+        return None
+    was = prov.get("code") or {}
+    if was.get("commit") and code.get("commit") and was["commit"] != code["commit"]:
+        return f"the code changed (commit {_short(was['commit'])} -> {_short(code['commit'])})"
+    if was.get("commit") and code.get("commit") and was.get("diff_sha256") != code.get("diff_sha256"):
+        return (f"the code's uncommitted changes differ (diff sha256 {_short(was.get('diff_sha256'))} -> "
+                f"{_short(code.get('diff_sha256'))})")
+    files, before = asked.get("files") or {}, prov.get("files") or {}
+    for key in sorted(set(files) | set(before)):
+        old, new = (before.get(key) or {}).get("sha256"), (files.get(key) or {}).get("sha256")
+        if old is None or new is None or old != new:
+            path = (files.get(key) or before.get(key) or {}).get("path")
+            return f"{key} changed ({path}: sha256 {_short(old)} -> {_short(new)})"
+    return None
+
+
+def resume_why_not(stored: Result | None, run_dir: Path, asked_config: dict, asked: dict,
+                   rerun: frozenset[str] = frozenset()) -> str | None:
+    """Why resume=true runs a point again, or None: its newest record (`stored`, in run_dir;
+    None: there is none) is kept: ok and complete, diverged or skipped unless `rerun` names it,
+    and made from the same content (`content_changed`)."""
+    if stored is None:
+        return "no record"
+    if stored.status not in KEPT:
+        return f"its record says {stored.status}"
+    if stored.status in rerun:
+        return f"its record says {stored.status} (rerun={'+'.join(sorted(rerun))})"
+    if stored.status in ("ok", "diverged") and not all((run_dir / f).is_file() for f in (TRACE, GANTT)):
+        return "its record lacks its trace.json or gantt.png"
+    return content_changed(stored, asked_config, asked)

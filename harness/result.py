@@ -24,7 +24,9 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   `metrics.clock_offset_ns_per_global_rank`, `clock_uncertainty_ns_per_global_rank`,
   `clock_uncertainty_ns` (the worst) and `clock_note` (the bubble flagged where that is > 5% of
   the mean compute action): each rank's clock put on rank 0's (harness/runtime/clock.py); null
-  for executor=sim and in older records (one host, one clock).
+  for executor=sim and in older records (one host, one clock). `provenance` (optional, null in
+  older records): the point's overrides, the code's commit and dirty flag, a sha256 of every
+  file the run reads and when it started (harness/record.py `provenance`): what resume compares.
 """
 
 from __future__ import annotations
@@ -230,6 +232,7 @@ class Result:
     wandb_dir: str | None = None
     trace_json: dict | None = None  # what trace.json kept: steps and events written and dropped (a size cap)
     nulls: list[str] = field(default_factory=list)  # fields written as null because they were not finite numbers
+    provenance: dict | None = None  # point, code, input files' sha256, start (record.provenance): what resume compares
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict:

@@ -34,8 +34,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness.hydra_compat import BasicSweeper, apply_overrides, get_overrides_dirname, runs_jobs_here, untested_hydra
 
+_POINT_IDS: dict[tuple[str, int], str] = {}  # (sweep dir, job number) -> its point's identity, for jobs in this process
 FULL_ERRORS_ENV = "HARNESS_FULL_ERRORS"  # "1": this run shows whole errors (set by harness.cli)
-SWEEP_RECORD = "sweep.json"  # <sweep dir>/sweep.json: the points planned, launched and skipped (and why)
+# <sweep dir>/sweep.json: the points planned, launched and skipped (and why), what resume kept and ran again
+from harness.locks import SWEEP_RECORD  # noqa: E402
 
 
 class FastComposer:
@@ -125,6 +127,8 @@ class Sweeper(BasicSweeper):
         self.config = None
         self.launcher = None
         self._hydra_set = False
+        self.job_dirs: dict[int, Path] = {}  # point -> its job directory (checked points)
+        self.asked: dict[int, tuple[dict, dict]] = {}  # resume=true: point -> (planned config, provenance)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.composer = FastComposer(hydra_context.config_loader)
@@ -150,16 +154,23 @@ class Sweeper(BasicSweeper):
             if not self._hydra_set:  # what ${hydra:...} reads while checking (the first point's; each job sets its own)
                 HydraConfig.instance().set_config(copy.deepcopy(cfg))
                 self._hydra_set = True
-            from harness.runtime.cluster import point_resources
+            from harness.runtime.cluster import job_dir, point_resources
 
             # a SLURM point plans with the GPUs and the ranks per node its allocation gives, not the login node's
             r = point_resources(cfg)
             c = to_config(cfg, cwd=cfg.hydra.runtime.cwd)
             if r is None:
-                make_plan(c, cuda_devices)
+                plan = make_plan(c, cuda_devices)
             else:
-                make_plan(c, r.nodes * r.gpus_per_node or cuda_devices,
-                          ranks_here=r.tasks_per_node if r.nodes > 1 or r.tasks_per_node > 1 else None)
+                plan = make_plan(c, r.nodes * r.gpus_per_node or cuda_devices,
+                                 ranks_here=r.tasks_per_node if r.nodes > 1 or r.tasks_per_node > 1 else None)
+            self.job_dirs[index] = job_dir(cfg)
+            if c.resume:  # what resume compares a point's earlier record with (harness/job.py resume_why_not)
+                from dataclasses import asdict
+
+                from harness.record import provenance
+
+                self.asked[index] = (asdict(plan.config), provenance(plan.config, None))
             self.composer.keep(point, cfg)  # launched as checked, not composed again
         except ConfigError as e:
             return str(e)
@@ -199,33 +210,246 @@ class Sweeper(BasicSweeper):
             print(f"harness: skipping {len(bad)} of {len(points)} sweep points that cannot run (skip_invalid=true)",
                   file=sys.stderr, flush=True)
 
-        from harness.record import write_json_atomic
+        from harness.job import rerun_statuses
+        from harness.config import ConfigError
+        from harness.locks import Busy, DirLock
 
+        try:
+            rerun = rerun_statuses(OmegaConf.select(self.config, "rerun", default=None))
+        except ConfigError as e:
+            print(f"harness: error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        # what the progress and summary callbacks read (and a user may: which points were left out, why)
-        write_json_atomic(sweep_dir / SWEEP_RECORD, {"points": len(points), "launched": len(points) - len(bad),
-                                                      "skipped": skipped})
+        try:  # every point is checked: now the directory is this sweep's (harness.locks.SweepLock checked it)
+            lock = DirLock(sweep_dir).acquire()
+        except Busy as e:
+            print(f"harness: error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        except OSError as e:
+            print(f"harness: error: hydra.sweep.dir={sweep_dir}: cannot create it ({e.strerror})", file=sys.stderr,
+                  flush=True)
+            sys.exit(2)
+        try:
+            return self._run(points, bad, varying, skipped, sweep_dir, rerun)
+        finally:
+            lock.release()
+
+    def _summary(self) -> Any:
+        """The sweep's SweepSummary callback (harness/callbacks.py), told what only this process knows."""
+        for cb in getattr(getattr(self.hydra_context, "callbacks", None), "callbacks", []):
+            if hasattr(cb, "note"):
+                return cb
+        return None
+
+    def _note(self, **notes: Any) -> None:
+        if (summary := self._summary()) is not None:
+            summary.note(**notes)
+
+    def _resume(self, points: list[Sequence[str]], ids: list[str], launch: list[int], varying: set[int],
+                sweep_dir: Path, rerun: frozenset[str]) -> tuple[set[int], dict]:
+        """resume=true: the points whose newest record stands (found by their overrides, whatever
+        their job number: harness/job.py resume_why_not), not launched; said one line each, and
+        why the others with a record run again."""
+        from harness.job import resume_why_not
+        from harness.record import point_of, started_at
+        from harness.report.load import scan
+        from harness.result import RecordError, read
+
+        newest: dict[str, tuple[float, Any, Path]] = {}
+        for path in scan(sweep_dir).records:
+            try:
+                r = read(path)
+            except RecordError:
+                continue
+            point = point_of({"provenance": r.provenance}, path.parent)
+            when = started_at({"provenance": r.provenance}, path)
+            if point is not None and (point not in newest or when > newest[point][0]):
+                newest[point] = (when, r, path.parent)
+        kept, said = set(), {"kept": [], "rerun": []}
+        for i in launch:
+            if i not in self.asked:  # a point that says resume=false itself
+                continue
+            _, stored, where = newest.get(ids[i], (0.0, None, self.job_dirs.get(i, sweep_dir)))
+            config, asked = self.asked[i]
+            why = resume_why_not(stored, where, config, asked, rerun)
+            if why is None:
+                kept.add(i)
+                said["kept"].append(where.name)
+                print(f"harness: [{shown(points[i], varying)}] {stored.status} in an earlier run ({where.name}), "
+                      "skipped (resume=true)", flush=True)
+            elif stored is not None:
+                said["rerun"].append([self.job_dirs[i].name, why])
+                print(f"harness: [{shown(points[i], varying)}] running it again ({where.name}): {why}", flush=True)
+        return kept, said
+
+    def _run(self, points: list[Sequence[str]], bad: list, varying: set[int], skipped: list[str], sweep_dir: Path,
+             rerun: frozenset[str]) -> Any:
+        from harness.record import point_ids, write_json_atomic
+
+        ids = point_ids([list(p) for p in points])
+        _POINT_IDS.update({(os.path.abspath(sweep_dir), i): pid for i, pid in enumerate(ids)})
         left_out = {i for i, _, _ in bad}
+        resumed: dict = {}
+        if OmegaConf.select(self.config, "resume", default=False):
+            kept, resumed = self._resume(points, ids, [i for i in range(len(points)) if i not in left_out], varying,
+                                         sweep_dir, rerun)
+            left_out |= kept
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        # what the progress and summary callbacks read (and a user may: which points were left out, why)
+        record = {"points": len(points), "launched": len(points) - len(left_out), "skipped": skipped,
+                  **({"resume": resumed} if resumed else {}), "point_ids": ids}
+        try:
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            write_json_atomic(sweep_dir / SWEEP_RECORD, record)
+        except OSError as e:  # a full disk: the first job will say so, and the sweep stops there
+            print(f"harness: warning: {sweep_dir}: {e.strerror}", file=sys.stderr, flush=True)
+        self._note(resume=resumed)
         returns = []
         from harness.runtime.launch import RankPool, sharing
 
+        here = runs_jobs_here(self.launcher)
+        locked: list[list[str]] = []
+        if not here:  # jobs elsewhere take their own lock; one another harness holds now is left to it
+            from harness.locks import holder
+
+            for i in range(len(points)):
+                if i not in left_out and i in self.job_dirs and (pid := holder(self.job_dirs[i])) is not None:
+                    locked.append([self.job_dirs[i].name, f"being written by another harness, pid {pid}"])
+                    left_out.add(i)
         # the interpreter's heap so far (torch, Hydra, the plans) is not garbage while the jobs run:
         # the collector's full passes (~0.15 s over it) then skip it; unfrozen when the sweep ends
         gc.freeze()
         # jobs in this process share their rank processes (ended before the summary)
-        pool = RankPool() if runs_jobs_here(self.launcher) else None
+        pool = RankPool() if here else None
+        order = segments(points, left_out, 1 if here else self.max_batch_size)
         try:
-            with sharing(pool):
-                for start, segment in segments(points, left_out, self.max_batch_size):
-                    results = self.launcher.launch(segment, initial_job_idx=start)
-                    for r in results:
-                        _ = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
+            with sharing(pool), _one_launch_line(sum(len(seg) for _, seg in order) if here else None):
+                for n, (start, segment) in enumerate(order):
+                    lock = None
+                    try:
+                        if here:  # the job's directory is this sweep's from before Hydra writes there to the job's end
+                            lock, why = _job_lock(self.job_dirs.get(start))
+                            if why is not None:
+                                locked.append([self.job_dirs[start].name, why])
+                                print(f"harness: [{shown(points[start], varying)}] not run: {why}", file=sys.stderr,
+                                      flush=True)
+                                continue
+                        results = self.launcher.launch(segment, initial_job_idx=start)
+                    except OSError as e:
+                        if not _disk_full(e):
+                            raise
+                        self._stopped(start, points, e, sum(len(seg) for _, seg in order[n + 1:]))
+                        break
+                    finally:
+                        if lock is not None:
+                            lock.release()
+                    full = None
+                    for k, r in enumerate(results):
+                        value = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
+                        if isinstance(value, dict) and value.get("status") == "locked":
+                            locked.append([self._job_name(start + k), str(value.get("error"))])
+                        if isinstance(value, dict) and value.get("disk_full") and full is None:
+                            full = (start + k, str(value.get("error")))
                     returns.append(results)
+                    if full is not None:
+                        left = sum(len(seg) for _, seg in order[n + 1:])
+                        self._note(disk_full={"job": self._job_name(full[0]), "error": full[1], "not_run": left})
+                        print(f"harness: error: {self._job_name(full[0])}: {full[1]}; the sweep stops here, {left} "
+                              "point(s) not run", file=sys.stderr, flush=True)
+                        break
         finally:
             gc.unfreeze()
+            self._note(locked=locked)
         return returns
+
+    def _job_name(self, i: int) -> str:
+        return self.job_dirs[i].name if i in self.job_dirs else str(i)
+
+    def _stopped(self, i: int, points: list[Sequence[str]], e: OSError, left: int) -> None:
+        """Hydra's own writes for job i (.hydra/, app.log) found the disk full: the job's record
+        where space allows, and the sweep stops."""
+        from harness.job import disk_full_error
+        from harness.record import RESULT, write_json_atomic
+        from harness.result import Result
+
+        error = disk_full_error(e)
+        try:
+            from dataclasses import asdict
+
+            from harness.compose import to_config
+
+            cfg = self.composer.load_sweep_config(self.config, list(points[i]))
+            write_json_atomic(self.job_dirs[i] / RESULT,
+                              Result("failed", error, asdict(to_config(cfg, cwd=cfg.hydra.runtime.cwd))).to_json())
+        except Exception:  # noqa: BLE001 - no space for it either: the summary names the job all the same
+            pass
+        self._note(disk_full={"job": self._job_name(i), "error": error, "not_run": left})
+        print(f"harness: error: {self._job_name(i)}: {error}; the sweep stops here, {left} point(s) not run",
+              file=sys.stderr, flush=True)
+
+
+def point_id(sweep_dir: Path, num: int, overrides: list[str]) -> str:
+    """A sweep job's identity (harness/record.py point_ids) as its sweeper named it: from this
+    process, else from <sweep dir>/sweep.json (a job run elsewhere), else its point_key."""
+    from harness.record import point_key
+
+    if (found := _POINT_IDS.get((os.path.abspath(sweep_dir), num))) is not None:
+        return found
+    try:
+        import json
+
+        ids = json.loads((Path(sweep_dir) / SWEEP_RECORD).read_text()).get("point_ids")
+        if isinstance(ids, list) and 0 <= num < len(ids) and isinstance(ids[num], str):
+            return ids[num]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return point_key(overrides)
+
+
+def _disk_full(e: BaseException) -> bool:
+    import errno
+
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _job_lock(directory: Path | None) -> tuple[Any, str | None]:
+    """(the job directory's lock, taken; None) or (None, why another harness has it)."""
+    from harness.locks import Busy, DirLock
+
+    if directory is None:
+        return None, None
+    try:
+        return DirLock(directory).acquire(), None
+    except Busy as e:
+        return None, str(e)
+
+
+class _one_launch_line:
+    """While jobs are launched one at a time (each under its directory's lock), Hydra's basic
+    launcher says "Launching 1 jobs locally" before each: said once for all of them instead."""
+
+    LOGGER = "hydra._internal.core_plugins.basic_launcher"
+
+    def __init__(self, jobs: int | None) -> None:
+        self.jobs = jobs
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith("Launching ")
+
+    def __enter__(self) -> "_one_launch_line":
+        import logging
+
+        if self.jobs is not None:
+            logger = logging.getLogger(self.LOGGER)
+            if self.jobs:
+                logger.info(f"Launching {self.jobs} jobs locally")
+            logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import logging
+
+        logging.getLogger(self.LOGGER).removeFilter(self)
 
 
 def repeated(points: list[Sequence[str]], repeats: Any) -> list[Sequence[str]]:

@@ -364,9 +364,13 @@ def test_copy_as_a_plain_name_replaces_only_an_earlier_copy(reports, capsys):
     sweep, out = reports
     assert main([str(sweep), "--out", str(out), "--copy-as", "example"]) == 0
     assert (out / "example" / "index.md").is_file() and (out / "s1" / "index.md").is_file()
-    (out / "example" / "stale.png").write_text("old")
+    (out / "example" / "stale.png").write_text("old")  # not --copy-as's: kept (issue 28)
+    marker = out / "example" / ".harness-copy.json"  # what it wrote: replaced, whether this report has it or not
+    listed = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**listed, "files": listed["files"] + ["gone.png"]}))
+    (out / "example" / "gone.png").write_text("an earlier copy's")
     assert main([str(sweep), "--out", str(out), "--copy-as", "example"]) == 0
-    assert not (out / "example" / "stale.png").exists()  # replaced whole
+    assert (out / "example" / "stale.png").read_text() == "old" and not (out / "example" / "gone.png").exists()
     assert (out / "notes" / "todo.txt").read_text() == (out.parent / "keep.txt").read_text() == "mine"
     assert "1 runs (0 corrupt, 0 missing)" in capsys.readouterr().out
 

@@ -4,6 +4,8 @@ newest sweep under runs/ by default, into reports/<sweep name>/."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shutil
 import sys
@@ -19,9 +21,13 @@ class Refused(Exception):
     """A command line that would write outside the report's own folders; str() is one line."""
 
 
+MARKER = ".harness-copy.json"  # in a --copy-as folder: {"written_by", "source", "files": [what it wrote]}
+
+
 def copy_target(out: Path, name: str, report: Path) -> Path:
     """<out>/NAME for --copy-as, where NAME is a plain folder name and what is there now (if
-    anything) is an earlier report copy: the only folder the copy may replace."""
+    anything) is an earlier copy: a folder holding --copy-as's MARKER, the only folder the copy
+    may write into (and only what its marker lists may it delete)."""
     if not NAME.fullmatch(name) or name in (".", ".."):
         raise Refused(f"--copy-as {name!r}: not a plain folder name (letters, digits, '-', '_', '.'; "
                       "not '.' or '..'); the copy goes to <--out>/NAME only")
@@ -30,9 +36,129 @@ def copy_target(out: Path, name: str, report: Path) -> Path:
         raise Refused(f"--copy-as {name}: {target} is the report itself")
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise Refused(f"--copy-as {name}: {target} exists and is not a folder; not replaced")
-    if target.is_dir() and not (target / "index.md").is_file():
-        raise Refused(f"--copy-as {name}: {target} exists and is not a report (no index.md); not replaced")
+    if target.is_dir() and not (target / MARKER).is_file():
+        raise Refused(f"--copy-as {name}: {target} exists and was not written by --copy-as (no {MARKER} listing "
+                      "what it wrote); not replaced")
     return target
+
+
+def _files(folder: Path) -> list[str]:
+    """Every file under folder (links not followed), as relative POSIX paths, sorted."""
+    out = []
+    for d, dirs, files in os.walk(folder):
+        dirs.sort()
+        out += [(Path(d) / f).relative_to(folder).as_posix() for f in files]
+    return sorted(out)
+
+
+def _written(target: Path) -> list[str]:
+    """What the marker says --copy-as wrote into target: plain relative paths inside it only."""
+    try:
+        data = json.loads((target / MARKER).read_text(encoding="utf-8"))
+        files = data["files"]
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise ValueError("files: not a list of paths")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Refused(f"--copy-as {target.name}: {target / MARKER} unreadable ({type(e).__name__}: {e}); "
+                      "not replaced") from None
+    return [f for f in files if f and not Path(f).is_absolute() and ".." not in Path(f).parts and f != MARKER]
+
+
+def _through_link(target: Path, f: str) -> bool:
+    """Whether target/f's folders below target include a link (a path that leads elsewhere)."""
+    p = target
+    for part in Path(f).parts[:-1]:
+        p = p / part
+        if p.is_symlink():
+            return True
+    return False
+
+
+def replace_copy(report: Path, target: Path) -> list[str]:
+    """The report copied into target, replacing what an earlier copy wrote there (its marker's
+    list) and nothing else; returns the files kept (not written by --copy-as). Refused (one
+    line) where the copy would overwrite a file the harness did not write."""
+    new = _files(report)
+    old = set(_written(target)) if target.exists() else set()
+    clash = [f for f in new if _through_link(target, f) or f not in old and (
+        (target / f).exists() or (target / f).is_symlink())]
+    if clash:
+        raise Refused(f"--copy-as {target.name}: {target / clash[0]} was not written by --copy-as and the copy would "
+                      f"replace it ({len(clash)} such file(s)); not replaced")
+    for f in sorted(old, reverse=True):
+        p = target / f
+        if _through_link(target, f):
+            continue
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        for parent in p.parents:  # folders it leaves empty, up to the target
+            if parent == target or not parent.is_relative_to(target):
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+    (target / MARKER).unlink(missing_ok=True)
+    for f in new:
+        (target / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(report / f, target / f)
+    from harness.record import write_json_atomic
+
+    write_json_atomic(target / MARKER, {"written_by": "python -m harness.report --copy-as", "source": str(report),
+                                        "files": new})
+    return [f for f in _files(target) if f not in new and f != MARKER]
+
+
+SWEEP_ALLOWED = "allowed: a sweep or run directory python -m harness wrote, with result.json files"
+LOOK = 2_000  # entries sweep_problem looks at: enough to meet a job directory, never a walk of a whole disk
+
+
+def sweep_problem(path: Path) -> str | None:
+    """Why `path` is no sweep to report (one line), or None: it must be a directory (a link to
+    one is fine) holding result.json, Hydra's .hydra/ or a sweep's files, itself or in a
+    directory within two levels below it. Looks at most LOOK entries (so `/` or `/usr` is
+    refused in milliseconds, never walked) and opens no file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"sweep={path}: no such directory ({SWEEP_ALLOWED})"
+    except OSError as e:
+        return f"sweep={path}: cannot read it ({e.strerror or type(e).__name__}) ({SWEEP_ALLOWED})"
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a directory"
+        return f"sweep={path}: not a directory ({kind}) ({SWEEP_ALLOWED})"
+    if not path.resolve().name:
+        return f"sweep={path}: the file system's root is no sweep ({SWEEP_ALLOWED})"
+    marks = {RESULT, ".hydra", "sweep.json", "multirun.yaml"}
+    seen, level = 0, [Path(path)]
+    for _ in range(3):  # the directory, its children, their children
+        below = []
+        for d in level:
+            try:
+                with os.scandir(d) as entries:
+                    for e in entries:
+                        seen += 1
+                        if e.name in marks or e.name.startswith("multirun.") and e.name.endswith(".yaml"):
+                            return None
+                        if e.is_dir(follow_symlinks=False):
+                            below.append(Path(e.path))
+                        if seen >= LOOK:
+                            break
+            except OSError:
+                continue
+            if seen >= LOOK:
+                break
+        level = below
+    return (f"sweep={path}: not a sweep (no {RESULT}, .hydra/ or sweep.json in it or two levels below"
+            f"{', of the first ' + format(LOOK, ',') + ' entries' if seen >= LOOK else ''}) ({SWEEP_ALLOWED})")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
+        print(f"harness.report: error: {message} (allowed: python -m harness.report [SWEEP_DIR] [--runs DIR] "
+              "[--out DIR] [--copy-as NAME])", file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=Path("runs"), help="where Hydra writes runs")
     ap.add_argument("--out", type=Path, default=Path("reports"), help="reports/<sweep name>/ goes here")
     ap.add_argument("--copy-as", metavar="NAME",
-                    help="also copy the report to <--out>/NAME/ (a plain folder name), replacing an earlier "
-                         "report copy there and nothing else (make sweep: example)")
+                    help=f"also copy the report to <--out>/NAME/ (a plain folder name), replacing what an earlier "
+                         f"copy wrote there (listed in its {MARKER}) and nothing else (make sweep: example)")
     args = ap.parse_args(argv)
     try:
         path = args.sweep or newest_sweep(args.runs)
@@ -60,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     if copy is not None:
         try:
             copy = copy_target(args.out, args.copy_as, report)  # again: the report took a while
-            if copy.exists():
-                shutil.rmtree(copy)  # replaced whole, never merged with an older report
-            shutil.copytree(index.parent, copy)
+            kept = replace_copy(index.parent, copy)  # what an earlier copy wrote is replaced, nothing else
+            if kept:
+                print(f"harness.report: --copy-as {args.copy_as}: kept {len(kept)} file(s) it did not write: "
+                      f"{', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}")
         except Refused as e:
             print(f"harness.report: error: {e}", file=sys.stderr)
             return 2
@@ -70,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"harness.report: error: --copy-as {args.copy_as}: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
     missing = sum(status_of(why) == "missing" for _, why in sweep.corrupt)
-    print(f"harness.report: {len(sweep.runs)} runs ({len(sweep.corrupt) - missing} corrupt, {missing} missing) "
+    older = f", {len(sweep.superseded)} superseded" if sweep.superseded else ""
+    print(f"harness.report: {len(sweep.runs)} runs ({len(sweep.corrupt) - missing} corrupt, {missing} missing{older}) "
           f"-> {index} and {index.with_suffix('.html').name}")
     return 0
 

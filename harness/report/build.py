@@ -69,6 +69,10 @@ def problems(sweep: Sweep) -> list[Block]:
     if sweep.corrupt:
         blocks += [Heading("Corrupt or partial records (skipped)"),
                    Items([f"`{f}`: {why}" for f, why in sweep.corrupt])]
+    if sweep.superseded:  # one record per point: its newest (harness/report/load.py superseded)
+        blocks += [Heading("Superseded records (not reported)"),
+                   Items([f"`{old}`: superseded by `{new}`, a newer record of the same point" for old, new in
+                          sweep.superseded])]
     return blocks
 
 

@@ -33,10 +33,13 @@ JOB_DIR = re.compile(r"[a-z]*\d+(_.*)?", re.S)  # a Hydra job's directory: `12_p
 @dataclass
 class Sweep:
     path: Path
-    runs: list[dict] = field(default_factory=list)  # result.json contents, with "_dir" added
+    runs: list[dict] = field(default_factory=list)  # result.json contents, with "_dir" added: one per point
     # (record path relative to the sweep, why): unreadable or partial records, job directories
     # without one (why == MISSING), directories that could not be listed (path ends in "/")
     corrupt: list[tuple[str, str]] = field(default_factory=list)
+    # (job directory relative to the sweep, the newer one of the same point): records (and job
+    # directories without one) a newer record of their point replaces; not reported
+    superseded: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -71,6 +74,21 @@ def scan(root: Path) -> Scan:
             found.missing.append(here)
         dirs[:] = sorted(x for x in dirs if x not in (RESULT, ".hydra"))
     return found
+
+
+def superseded(entries: list[tuple[str, str | None, float, bool]]) -> dict[str, str]:
+    """{job: the job superseding it} from (job, point, started, has a record) of a sweep's job
+    directories: of the records of one point (record.point_of: its overrides, whatever its job
+    number) the newest stands, the others are superseded, and so is a job directory without a
+    record older than it. Where no point is known (an old record without .hydra/), none is; nor
+    is a record as old as the newest (a copy of it)."""
+    newest: dict[str, tuple[float, str]] = {}
+    for job, point, when, record in entries:
+        if point is not None and record and (point not in newest or (when, job) > newest[point]):
+            newest[point] = (when, job)
+    return {job: newest[point][1] for job, point, when, record in entries  # a copy (the same start) stands
+            if point in newest and newest[point][1] != job and (when < newest[point][0] if record else
+                                                                 when <= newest[point][0])}
 
 
 def newest_sweep(root: Path) -> Path:
@@ -172,5 +190,23 @@ def load_sweep(path: Path) -> Sweep:
             continue
         # the current schema's JSON (older records upgraded), plus where it lives
         sweep.runs.append({**result.to_json(), "_dir": str(f.parent.relative_to(path))})
+    _newest_per_point(sweep, found.missing)
     sweep.corrupt.sort()
     return sweep
+
+
+def _newest_per_point(sweep: Sweep, missing: list[Path]) -> None:
+    """One record per point: the others (`superseded`) move from runs (and corrupt's missing) to
+    sweep.superseded."""
+    from harness.record import point_of, started_at
+
+    entries = [(r["_dir"], point_of(r, sweep.path / r["_dir"]), started_at(r, sweep.path / r["_dir"] / RESULT), True)
+               for r in sweep.runs]
+    entries += [(str(d.relative_to(sweep.path)), point_of({}, d), started_at({}, d), False) for d in missing]
+    old = superseded(entries)
+    if not old:
+        return
+    sweep.runs = [r for r in sweep.runs if r["_dir"] not in old]
+    gone = {_rel(sweep.path / job / RESULT, sweep.path) for job in old}
+    sweep.corrupt = [(f, why) for f, why in sweep.corrupt if not (why == MISSING and f in gone)]
+    sweep.superseded = sorted(old.items())

@@ -1,17 +1,19 @@
 """Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum,
-or `fault=term@launch` / `fault=term@records`.
+or `fault=term@launch` / `fault=term@records` / `fault=enospc@records`.
 
 raise: the rank raises RuntimeError at the start of step S. kill: it SIGKILLs itself.
 hang: it sleeps forever (the job's timeout_s must end it). noaccum: in step S the rank
 drops the gradients accumulated before each backward, so only the last microbatch's
 survive (verify_grads must catch it). term@launch / term@records: the main process sends
 itself SIGTERM once the first worker has started / between writing trace.json and
-result.json, so tests can interrupt at those moments without racing a clock. For tests of
-failure handling; never set in a study.
+result.json, so tests can interrupt at those moments without racing a clock. enospc@records:
+writing result.json fails as on a full disk (OSError ENOSPC), after trace.json and the Gantt
+were written. For tests of failure handling; never set in a study.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -19,8 +21,9 @@ import time
 from dataclasses import dataclass
 
 _FAULT = re.compile(r"^(raise|kill|hang|noaccum)@rank(\d+),step(\d+)$")
-_MAIN_FAULT = re.compile(r"^(term)@(launch|records)$")
-_FORMS = "KIND@rankR,stepS with KIND raise|kill|hang|noaccum (e.g. raise@rank1,step2), or term@launch, term@records"
+_MAIN_FAULT = re.compile(r"^(term@(?:launch|records)|enospc@records)$")
+_FORMS = ("KIND@rankR,stepS with KIND raise|kill|hang|noaccum (e.g. raise@rank1,step2), or term@launch, "
+          "term@records, enospc@records")
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Fault:
     kind: str
     rank: int | None = None  # a worker fault's rank and step; None for the main process's
     step: int | None = None
-    where: str | None = None  # term: launch | records
+    where: str | None = None  # term: launch | records; enospc: records
 
 
 def parse_fault(text: str | None) -> Fault | None:
@@ -36,7 +39,8 @@ def parse_fault(text: str | None) -> Fault | None:
     if not text:
         return None
     if m := _MAIN_FAULT.match(text):
-        return Fault(m.group(1), where=m.group(2))
+        kind, _, where = m.group(1).partition("@")
+        return Fault(kind, where=where)
     m = _FAULT.match(text)
     if not m:
         raise ValueError(f"fault={text}: expected {_FORMS}")
@@ -49,8 +53,14 @@ def maybe_interrupt(fault: Fault | None, where: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def maybe_fail_write(fault: Fault | None, where: str, path: object) -> None:
+    """The main process's test hook: the write of `path` at `where` fails as on a full disk."""
+    if fault is not None and fault.kind == "enospc" and fault.where == where:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (injected: fault=enospc@{where})", str(path))
+
+
 def maybe_inject(fault: Fault | None, rank: int, step: int) -> None:
-    if fault is None or fault.rank != rank or fault.step != step or fault.kind in ("noaccum", "term"):
+    if fault is None or fault.rank != rank or fault.step != step or fault.kind in ("noaccum", "term", "enospc"):
         return
     if fault.kind == "raise":
         raise RuntimeError(f"injected fault at rank {rank}, step {step}")

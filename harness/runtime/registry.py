@@ -51,12 +51,12 @@ def register(executor: Executor) -> Executor:
 
 register(Executor("native", "real worker processes, this harness's runner, P2P over torch.distributed",
                   runner="harness.runtime.native:NativeRunner", dp=True, memory=True, transport=True,
-                  faults=("raise", "kill", "hang", "noaccum", "term"), private_torch=lambda c: c.dp > 1))
+                  faults=("raise", "kill", "hang", "noaccum", "term", "enospc"), private_torch=lambda c: c.dp > 1))
 register(Executor("pytorch", "the same plan through torch.distributed.pipelining's schedule classes",
                   runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True,
                   check="harness.runtime.peer_check:check"))  # imports torch.distributed.pipelining: only when asked
 register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.* or cluster=); no processes",
-                  run="harness.runtime.sim:run_sim", dp=True, faults=("term",), simulated=True))
+                  run="harness.runtime.sim:run_sim", dp=True, faults=("term", "enospc"), simulated=True))
 
 
 def get_executor(name: str) -> Executor:
