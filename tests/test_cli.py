@@ -76,8 +76,8 @@ BAD = [
     (["cluster.nodes=2"], "cluster.nodes=2: no cluster to set it on (choose one first: cluster=<preset>"),
     (["cluster=h200_node", "cluster.nodes=0"], "cluster.nodes=0: must be an integer >= 1"),
     (["wandb=3"], "wandb=3: is a group of keys, not a value (set one of them: mode, project, entity)"),
-    (["schedule=nope"], "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, gpipe, interleaved_1f1b, zb_auto, zb_h1, zb_h2, zbv)"),
-    (["experiment=nope"], "experiment=nope: unknown (allowed: balance, bubble,"),
+    (["schedule=nope"], "schedule=nope: unknown (allowed: 1f1b, csv, dualpipev, gpipe, interleaved_1f1b, zb_1p, zb_2p, zb_auto, zb_h1, zb_h2, zbv)"),
+    (["experiment=nope"], "experiment=nope: unknown (allowed: auto_schedule, balance, bubble,"),
     (["+scenario=nope"], "+scenario=nope: unknown (allowed: cpu_real, h200_emulated)"),
     (["hydra/launcher=nope"], "hydra/launcher=nope: unknown (allowed: basic, slurm,"),
     (["pp=[1,2"], "pp=[1,2: not an override Hydra can parse"),
@@ -243,7 +243,7 @@ def test_config_dir_presets_interpolation_and_quotes(monkeypatch, capsys, tmp_pa
     assert (c["executor"], c["pp"], c["microbatches"], c["model"]["layers"], c["wandb"]["project"]) == \
         ("sim", 2, 2, 4, "my study, v2")
     code, _, err = harness(monkeypatch, capsys, "--config-dir", "mine", "experiment=other", *QUIET)
-    assert code == 2 and "experiment=other: unknown (allowed: balance, bubble, checkpointing, dp, memory, mine," in err
+    assert code == 2 and "experiment=other: unknown (allowed: auto_schedule, balance, bubble, checkpointing, dp, memory, mine," in err
 
 
 def test_relative_paths_are_the_users_also_under_chdir(monkeypatch, capsys, tmp_path):
