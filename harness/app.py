@@ -1,5 +1,7 @@
 """Entry point: `python -m harness [key=value ...]`, `-m` for a sweep. Thin on purpose:
-the work is in job.run_job."""
+the work is in job.run_job. Importing this module imports no torch (the job, the plan and the
+runtime are imported when a job runs): `--help`, tab completion and every refusal the schema can
+make answer in well under a second (tests/bench/test_bench_cli.py)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.compose import register, to_config
 from harness.config import ConfigError
-from harness.job import DISK_FULL, config_diff as _config_diff, rerun_statuses, resume_why_not, run_job
 from harness.locks import Busy, DirLock
-from harness.plan import make_plan
 from harness.record import RESULT, point_key, provenance
 from harness.result import RecordError, read
-from harness.runtime.launch import external_rank, shared_pool
 from harness.sweeper import point_id
 
 register()
@@ -46,6 +45,9 @@ def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | 
     ok and complete, diverged or skipped unless rerun= names it, and made from the same config,
     code and input files: job.resume_why_not), or None to run it, saying why where there was a
     record. A sweep's points are decided by its sweeper, before any is launched."""
+    from harness.job import rerun_statuses, resume_why_not
+    from harness.plan import make_plan
+
     try:
         stored = read(out / RESULT)
     except RecordError:
@@ -65,12 +67,17 @@ def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | 
 
 def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
     """`key: old -> new` for every setting that changes what runs (run control excluded)."""
-    return _config_diff(stored, asked, prefix)
+    from harness.job import config_diff as diff
+
+    return diff(stored, asked, prefix)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    from harness.job import DISK_FULL, run_job
+    from harness.runtime.launch import external_rank, shared_pool
+
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
     sweep = hc.mode == RunMode.MULTIRUN

@@ -200,12 +200,9 @@ class RunGuard(Callback):
     def check(self, config: DictConfig) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        from harness.app import _cuda_devices, resume_skips
         from harness.compose import to_config
-        from harness.config import ConfigError
-        from harness.job import rerun_statuses
+        from harness.config import ConfigError, check_values
         from harness.locks import Busy, DirLock, check_free, sweep_of, unsafe_dir
-        from harness.plan import make_plan
         from harness.record import point_key
 
         HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
@@ -229,6 +226,14 @@ class RunGuard(Callback):
         OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), resolve=True)
         try:
             c = to_config(config, cwd=cwd)
+            check_values(c)  # what the schema alone refuses, before torch is imported
+        except ConfigError as e:
+            _refuse(str(e))
+        from harness.app import _cuda_devices, resume_skips
+        from harness.job import rerun_statuses
+        from harness.plan import make_plan
+
+        try:
             rerun_statuses(c.rerun)
             make_plan(c, _cuda_devices())
         except ConfigError as e:

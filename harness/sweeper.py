@@ -20,11 +20,12 @@ Imported by Hydra's plugin scan at every start (tab completion included): heavy 
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
@@ -139,13 +140,13 @@ class Sweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Every point was composed and planned before the first job (`sweep`)."""
 
-    def problem(self, index: int, point: Sequence[str], cuda_devices: int) -> str | None:
-        """Why this point cannot run (one line), or None."""
+    def problem(self, index: int, point: Sequence[str], cuda: Callable[[], int]) -> str | None:
+        """Why this point cannot run (one line), or None. What the schema alone refuses is
+        refused before torch is imported (`cuda` and the plan import it)."""
         from hydra.core.hydra_config import HydraConfig
 
         from harness.compose import hydra_problem, to_config
-        from harness.config import ConfigError
-        from harness.plan import make_plan
+        from harness.config import ConfigError, check_values
 
         try:
             cfg = self.composer.load_sweep_config(self.config, list(point))
@@ -159,6 +160,10 @@ class Sweeper(BasicSweeper):
             # a SLURM point plans with the GPUs and the ranks per node its allocation gives, not the login node's
             r = point_resources(cfg)
             c = to_config(cfg, cwd=cfg.hydra.runtime.cwd)
+            check_values(c)
+            from harness.plan import make_plan
+
+            cuda_devices = cuda()
             if r is None:
                 plan = make_plan(c, cuda_devices)
             else:
@@ -191,7 +196,7 @@ class Sweeper(BasicSweeper):
         points = repeated(points, OmegaConf.select(self.config, "repeats", default=1))
         varying = {i for i in range(len(points[0]) if points else 0) if len({p[i] for p in points}) > 1}
 
-        cuda = cuda_devices()
+        cuda = functools.cache(cuda_devices)  # imports torch: only once a point passes the schema
         if len(points) >= 100:
             print(f"[harness] planning {len(points)} sweep points before the first job", flush=True)
         bad = [(i, p, why) for i, p in enumerate(points) if (why := self.problem(i, p, cuda)) is not None]

@@ -85,7 +85,7 @@ BAD = [
     (["+pp=3"], "+pp=3: pp is already set: drop the + to change it"),
     (["hydra.job.chdirr=true"], "hydra.job.chdirr=true: unknown Hydra key"),
     (["microbatches=${nope}"], "microbatches=${nope}: no key nope to interpolate"),
-    (["hydra.run.dir=/proc/x"], "hydra.run.dir=/proc/x: cannot create /proc/x"),
+    (["hydra.run.dir=/proc/x"], "hydra.run.dir=/proc/x: cannot create it"),
     # values the schema takes but no run can use
     (["pp=0"], "pp=0: must be an integer >= 1"),
     (["microbatches=0"], "microbatches=0: must be an integer >= 1"),
