@@ -434,6 +434,24 @@ def unknown_key(key: str, value: object, option: str | None = None) -> str:
 MIN_TIMEOUT_S = 1.0  # a job starts its ranks and joins their world first: less cannot run anything
 SEED_MAX = (2**63 - 1) // 1_000_003 - 1  # layer i is seeded with seed x 1000003 + i: torch.manual_seed's int64
 MAX_ACTIONS = 1_000_000  # schedule actions per step (pp x chunks x M x 3): what planning may build and check
+# Bounds on the numbers, checked before anything is allocated (README, "Keys"): each says what it protects.
+MAX_STEPS = 100_000  # warmup_steps + steps: result.json keeps ~60 bytes a step (times, bubbles, losses): ~6 MB
+MAX_RUN_ACTIONS = 2_000_000  # (warmup_steps + steps) x actions a step, with worker processes: each action is
+# kept as events (its messages, its memory samples: ~1 KB) until the job's records are written
+MAX_WORLD = 2**16  # pp x dp ranks, executor=sim included: result.json keeps ~130 bytes a rank (~8 MB at 65,536)
+MAX_GPUS = MAX_WORLD  # cluster.nodes x cluster.gpus_per_node: a point uses them all (pp x dp), the planner
+# lists every divisor of them
+MAX_DIM = 2**31 - 1  # microbatch_size, model.hidden, model.seq, model.vocab, model.ffn: a tensor dimension
+# torch indexes with 32 bits in many kernels (and B x hidden x seq must stay an int64 element count)
+MAX_TIMEOUT_S = 7 * 86_400  # timeout_s: a week; torch's process-group timeout and timedelta overflow far beyond
+MAX_TIME_SCALE = 1e6  # cost.time_scale: a GPU profile slowed a million-fold still fits a CPU's math
+MAX_LAYER_MS = 86_400_000.0  # cost.fwd_ms_per_layer: a day a layer
+MAX_BWD_OVER_FWD = 1_000.0  # cost.bwd_over_fwd
+MAX_LATENCY_S = 60.0  # comm.latency_s and a cluster link's: a message takes microseconds
+MAX_BANDWIDTH_BPS = 1e15  # comm.bandwidth_Bps and a link's: 1 PB/s, ~1000x NVLink
+MIN_BANDWIDTH_BPS = 1.0  # a byte a second: below it one activation takes longer than any watchdog
+MAX_GPU_MEMORY_GIB = 2**14  # cluster.memory_per_gpu_gib, memory_budget_gib: 16 TiB, ~100x an H200
+MAX_REPEATS = 1_000  # repeats: points x repeats jobs in one sweep
 
 
 def one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -444,6 +462,13 @@ def one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
 def at_least(key: str, value: float, low: float, what: str = "an integer") -> None:
     if value < low:
         raise ConfigError(f"{key}={value}: must be {what} >= {low}")
+
+
+def at_most(key: str, value: float, high: float, why: str) -> None:
+    """`key=value: more than HIGH (allowed: ... <= HIGH; why)`: a bound on what the harness can hold."""
+    if value > high:
+        shown = f"{high:,}" if isinstance(high, int) else f"{high:g}"
+        raise ConfigError(f"{key}={value}: more than {shown} (allowed: {key.rpartition('.')[2]} <= {shown}; {why})")
 
 
 def check_values(c: Config) -> None:
@@ -471,6 +496,7 @@ def check_values(c: Config) -> None:
             at_least(f"model.{key}", getattr(c.model, key), 1)
         if c.model.hidden % c.model.heads:
             raise ConfigError(f"model.heads={c.model.heads}: must divide model.hidden={c.model.hidden}")
+    _check_bounds(c)
     _check_numbers(c)
     _check_optimizer(c)
     if isinstance(c.schedule, AutoScheduleConfig):
@@ -495,6 +521,30 @@ def check_values(c: Config) -> None:
                           f"{c.dp * c.microbatches})")
     if c.cluster is not None:
         check_cluster(c.cluster)
+
+
+def _check_bounds(c: Config) -> None:
+    """The integers that size what the harness allocates, each within what it can hold (the
+    MAX_* constants say why), before anything is built; the key at fault named."""
+    if c.warmup_steps + c.steps > MAX_STEPS:
+        key, value = ("warmup_steps", c.warmup_steps) if c.warmup_steps > c.steps else ("steps", c.steps)
+        raise ConfigError(f"{key}={value}: warmup_steps + steps = {c.warmup_steps + c.steps:,}, more than "
+                          f"{MAX_STEPS:,} (allowed: at most {MAX_STEPS:,} steps in all; result.json keeps each step)")
+    if c.pp * c.dp > MAX_WORLD:
+        key, value, other = ("dp", c.dp, c.pp) if c.dp >= c.pp else ("pp", c.pp, c.dp)
+        raise ConfigError(f"{key}={value}: pp x dp = {c.pp * c.dp:,} ranks, more than {MAX_WORLD:,} (allowed: "
+                          f"{key} <= {max(1, MAX_WORLD // other):,} here; result.json keeps each rank)")
+    if c.global_batch is not None and c.global_batch > c.dp * c.microbatches * MAX_DIM:
+        raise ConfigError(f"global_batch={c.global_batch}: sets microbatch_size = global_batch / (dp={c.dp} x "
+                          f"microbatches={c.microbatches}), more than {MAX_DIM:,} (allowed: global_batch <= "
+                          f"{c.dp * c.microbatches * MAX_DIM:,}; a tensor dimension)")
+    at_most("microbatch_size", c.microbatch_size, MAX_DIM, "a tensor dimension")
+    at_most("cost.at_microbatch_size", c.cost.at_microbatch_size, MAX_DIM, "a tensor dimension")
+    for key in ("hidden", "seq", "vocab", "ffn", "kv_heads"):
+        value = getattr(c.model, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            at_most(f"model.{key}", value, MAX_DIM, "a tensor dimension")
+    at_most("repeats", c.repeats, MAX_REPEATS, "a sweep runs points x repeats jobs")
 
 
 def _check_option(c: Config, group: str) -> None:
@@ -539,23 +589,39 @@ def _check_numbers(c: Config) -> None:
     if c.timeout_s is not None and c.timeout_s < MIN_TIMEOUT_S:
         raise ConfigError(f"timeout_s={c.timeout_s}: must be at least {MIN_TIMEOUT_S:g} s (or null: 60 s + 10x the "
                           "modeled run)")
+    if c.timeout_s is not None and c.timeout_s > MAX_TIMEOUT_S:
+        raise ConfigError(f"timeout_s={c.timeout_s}: more than {MAX_TIMEOUT_S:,} s (allowed: {MIN_TIMEOUT_S:g}.."
+                          f"{MAX_TIMEOUT_S:,} s, a week; or null: 60 s + 10x the modeled run)")
     if c.cost.time_scale <= 0:
         raise ConfigError(f"cost.time_scale={c.cost.time_scale}: must be > 0")
+    at_most("cost.time_scale", c.cost.time_scale, MAX_TIME_SCALE, "a factor on every emulated cost")
+    at_most("cost.fwd_ms_per_layer", c.cost.fwd_ms_per_layer, MAX_LAYER_MS, "a day a layer")
+    at_most("cost.bwd_over_fwd", c.cost.bwd_over_fwd, MAX_BWD_OVER_FWD, "backward / forward time")
     at_least("cost.at_microbatch_size", c.cost.at_microbatch_size, 1)
     for key in ("fixed_fraction", "weight_grad_share"):
         if not 0 <= getattr(c.cost, key) <= 1:
             raise ConfigError(f"cost.{key}={getattr(c.cost, key)}: must be between 0 and 1")
     if c.comm.bandwidth_Bps <= 0:
         raise ConfigError(f"comm.bandwidth_Bps={c.comm.bandwidth_Bps}: must be > 0")
+    _check_link("comm", c.comm)
+    if c.memory_budget_gib is not None:
+        at_most("memory_budget_gib", c.memory_budget_gib, MAX_GPU_MEMORY_GIB, "GiB per rank")
 
 
-def _check_link(key: str, link: LinkConfig | None) -> None:
+def _check_link(key: str, link: LinkConfig | CommConfig | None) -> None:
     if link is None:
         return
+    key = key if key == "comm" else f"cluster.{key}"
     if not (math.isfinite(link.latency_s) and link.latency_s >= 0):
-        raise ConfigError(f"cluster.{key}.latency_s={link.latency_s}: must be a finite number >= 0")
+        raise ConfigError(f"{key}.latency_s={link.latency_s}: must be a finite number >= 0")
     if not (math.isfinite(link.bandwidth_Bps) and link.bandwidth_Bps > 0):
-        raise ConfigError(f"cluster.{key}.bandwidth_Bps={link.bandwidth_Bps}: must be a finite number > 0")
+        raise ConfigError(f"{key}.bandwidth_Bps={link.bandwidth_Bps}: must be a finite number > 0")
+    if link.latency_s > MAX_LATENCY_S:
+        raise ConfigError(f"{key}.latency_s={link.latency_s}: more than {MAX_LATENCY_S:g} s (allowed: 0.."
+                          f"{MAX_LATENCY_S:g} s; a message takes microseconds)")
+    if not MIN_BANDWIDTH_BPS <= link.bandwidth_Bps <= MAX_BANDWIDTH_BPS:
+        raise ConfigError(f"{key}.bandwidth_Bps={link.bandwidth_Bps}: outside {MIN_BANDWIDTH_BPS:g}.."
+                          f"{MAX_BANDWIDTH_BPS:g} (allowed: bytes a second, 1 B/s to 1 PB/s)")
 
 
 def check_cluster(c: ClusterConfig) -> None:
@@ -563,10 +629,18 @@ def check_cluster(c: ClusterConfig) -> None:
     one_of("cluster.device", c.device, CLUSTER_DEVICES)
     for key in ("gpus_per_node", "nodes"):
         at_least(f"cluster.{key}", getattr(c, key), 1)
+    if c.gpus_per_node * c.nodes > MAX_GPUS:
+        key, value, other = ("nodes", c.nodes, c.gpus_per_node) if c.nodes >= c.gpus_per_node else \
+            ("gpus_per_node", c.gpus_per_node, c.nodes)
+        raise ConfigError(f"cluster.{key}={value}: cluster.nodes x cluster.gpus_per_node = {c.gpus:,} GPUs, more "
+                          f"than {MAX_GPUS:,} (allowed: cluster.{key} <= {max(1, MAX_GPUS // other):,} here; a "
+                          "point runs pp x dp ranks on them, at most that many)")
     for key in ("memory_per_gpu_gib", "memory_bandwidth_Bps"):
         v = getattr(c, key)
         if not (math.isfinite(v) and v > 0):
             raise ConfigError(f"cluster.{key}={v}: must be a finite number > 0")
+    at_most("cluster.memory_per_gpu_gib", c.memory_per_gpu_gib, MAX_GPU_MEMORY_GIB, "GiB a GPU")
+    at_most("cluster.memory_bandwidth_Bps", c.memory_bandwidth_Bps, MAX_BANDWIDTH_BPS, "bytes a second")
     if not (math.isfinite(c.memory_reserve_gib) and 0 <= c.memory_reserve_gib < c.memory_per_gpu_gib):
         raise ConfigError(f"cluster.memory_reserve_gib={c.memory_reserve_gib}: must be >= 0 and below "
                           f"memory_per_gpu_gib={c.memory_per_gpu_gib}")
@@ -575,5 +649,6 @@ def check_cluster(c: ClusterConfig) -> None:
         _check_link(key, getattr(c, key))
     for key in OVERHEAD_TABLES:
         for k, v in getattr(c.overhead, key).items():
-            if not str(k).isdigit() or not (math.isfinite(float(v)) and float(v) >= 0):
-                raise ConfigError(f"cluster.overhead.{key}: {k}: {v} (allowed: ranks on the host -> seconds >= 0)")
+            if not str(k).isdigit() or not (math.isfinite(float(v)) and 0 <= float(v) <= MAX_LATENCY_S):
+                raise ConfigError(f"cluster.overhead.{key}: {k}: {v} (allowed: ranks on the host -> a number in 0.."
+                                  f"{MAX_LATENCY_S:g}: seconds, or real_*'s scale)")

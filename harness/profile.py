@@ -66,7 +66,7 @@ import torch
 
 from harness import compat
 from harness.compose import compose_config
-from harness.config import DTYPE_NAMES, Config, ConfigError
+from harness.config import DTYPE_NAMES, MAX_DIM, MAX_WORLD, Config, ConfigError
 from harness.model import Model
 from harness.model.built import BuiltModel
 from harness.model.partition import min_max
@@ -384,9 +384,81 @@ def _error(message: str) -> int:
     return 2
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
+        print(f"harness.profile: error: {message} (allowed: python -m harness.profile [key=value ...] [--out FILE] "
+              "[--microbatch-sizes B ...] [--blocks K] [--estimate KIND ...]; --help lists them)", file=sys.stderr)
+        sys.exit(2)
+
+
+MAX_REPEATS = 10_000  # --warmup, --repeats: timed runs of each layer at each size
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """What the options alone must be (one line naming the option), before anything is built."""
+    for b in args.microbatch_sizes:
+        if not 1 <= b <= MAX_DIM:
+            return f"--microbatch-sizes {b}: samples per microbatch (allowed: integers 1..{MAX_DIM:,})"
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        return f"--repeats {args.repeats}: timed runs of each layer (allowed: 1..{MAX_REPEATS:,})"
+    if not 0 <= args.warmup <= MAX_REPEATS:
+        return f"--warmup {args.warmup}: untimed runs first (allowed: 0..{MAX_REPEATS:,})"
+    if args.blocks is not None and args.blocks < 1:
+        return f"--blocks {args.blocks}: must be >= 1 (or left out: run every layer)"
+    for n in args.compare:
+        if not 1 <= n <= MAX_WORLD:
+            return f"--compare {n}: a pipeline depth (allowed: 1..{MAX_WORLD:,})"
+    out = args.out
+    if out.is_dir():
+        return f"--out {out}: a directory (allowed: the profile JSON's file path, e.g. {out / 'profile.json'})"
+    if out.exists() and not out.is_file() or out.is_symlink() and not out.exists():
+        return f"--out {out}: exists and is not a regular file (allowed: a new file, or a profile JSON to replace)"
+    return None
+
+
+def check_activations(model: Model, sizes: list[int], precision: Precision, device: torch.device) -> None:
+    """Refuse, in one line, a microbatch size whose input and output of a layer alone (the
+    tensor between layers, in `dtype`, twice: a layer reads one and writes one) exceed the
+    device's memory: a lower bound, what autograd saves comes on top. Before anything runs."""
+    limit = _memory_bytes(device)
+    b = max(sizes)
+    shape = model.activation_shape(b)
+    need = 2 * precision.bytes * math.prod(shape)
+    if need > limit:
+        raise ProfileArgsError(
+            f"--microbatch-sizes {b}: a layer's input and output ({'x'.join(map(str, shape))}, {precision.dtype}) "
+            f"need {need / 2**30:,.1f} GiB, more than this {device.type} device's {limit / 2**30:,.1f} GiB (allowed: "
+            "smaller sizes)")
+
+
+def make_parent(out: Path) -> str | None:
+    """The --out file's folder, made now (after every other check); one line where it cannot be."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return (f"--out {out}: cannot create {out.parent} ({e.strerror or type(e).__name__}) (allowed: a path in a "
+                "folder this user can write)")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        return f"--out {out}: {out.parent} is not writable (allowed: a path in a folder this user can write)"
+    return None
+
+
+def write_profile(out: Path, prof: dict) -> str | None:
+    """prof written to `out` atomically (a temporary file beside it, then renamed); one line
+    where that fails, with no temporary file left behind."""
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(prof, indent=1, default=str))
+        tmp.replace(out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        return f"--out {out}: cannot write it ({e.strerror or type(e).__name__})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.profile", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog="python -m harness.profile", description=__doc__,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="config keys, as for python -m harness")
     ap.add_argument("--out", type=Path, default=Path("profile.json"))
     ap.add_argument("--microbatch-sizes", type=int, nargs="+", default=[1, 4, 8])
@@ -398,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="layer kinds not run: their times scaled by FLOPs from a measured block (e.g. head)")
     ap.add_argument("--compare", type=int, nargs="*", default=[2, 4, 8], help="pipeline depths to compare")
     args = ap.parse_args(argv)
+    if why := check_args(args):
+        return _error(why)
     try:
         c = compose_config(args.overrides)
     except ConfigError as e:
@@ -408,10 +482,6 @@ def main(argv: list[str] | None = None) -> int:
         return _error(f"device={c.device}: unknown (allowed: cpu, cuda, auto)")
     if c.device == "cuda" and not torch.cuda.is_available():
         return _error("device=cuda: no CUDA device here (use device=cpu)")
-    if any(b < 1 for b in args.microbatch_sizes) or args.repeats < 1 or args.warmup < 0:
-        return _error("--microbatch-sizes and --repeats must be >= 1, --warmup >= 0")
-    if args.blocks is not None and args.blocks < 1:
-        return _error(f"--blocks {args.blocks}: must be >= 1 (or left out: run every layer)")
     sizes = sorted(set(args.microbatch_sizes))
     device = torch.device("cuda", torch.cuda.current_device()) if c.device == "cuda" or (
         c.device == "auto" and torch.cuda.is_available()) else torch.device("cpu")
@@ -419,6 +489,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # as in every worker: one rank per core
     try:
         built = BuiltModel(c.model)
+        precision = Precision(c.dtype)
+        # what profile() checks first, checked before anything is written: the layers to run, their sizes
+        check_fits(built.model, built.layer_params, plan_layers(built.model, built.layer_params, sizes, args.blocks,
+                                                                list(args.estimate)), precision, device)
+        check_activations(built.model, sizes, precision, device)
+        if why := make_parent(args.out):
+            return _error(why)
         print(f"harness.profile: {c.model.name} ({built.num_layers} layers) in {c.dtype} on {_device_name(device)}",
               flush=True)
         prof = profile(c, sizes, device, args.warmup, args.repeats, args.blocks, args.estimate, built)
@@ -430,10 +507,8 @@ def main(argv: list[str] | None = None) -> int:
            for k in ("fwd_s", "bwd_s") if not (math.isfinite(v[k]) and v[k] >= 0)]
     if bad:  # never write what load_profile would refuse
         return _error(f"layer {bad[0][0]}, microbatch size {bad[0][1]}: {bad[0][2]} is not a finite time >= 0")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(prof, indent=1, default=str))
-    tmp.replace(args.out)
+    if why := write_profile(args.out, prof):
+        return _error(why)
     print(f"harness.profile: wrote {args.out}")
     for line in compare_partitions(prof, str(max(sizes)), args.compare):
         print(f"harness.profile: {line}")

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.config import PLACEMENTS
+from harness.config import MAX_ACTIONS, MAX_GPUS, MAX_WORLD, PLACEMENTS
 
 from .search import MEMORY_LIMITS_ALLOWED, AdviseError, Prediction, Space, search, searchable
 
@@ -37,9 +37,17 @@ def _bools(v: str) -> tuple[bool, ...]:
     return {"both": (False, True), "on": (True,), "off": (False,), "true": (True,), "false": (False,)}[v]
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
+        hint = ("; keys are key=value, e.g. profile=FILE" if "unrecognized arguments: --" in message else "")
+        print(f"harness.advise: error: {message} (allowed: python -m harness.advise key=value ... cluster=<preset> "
+              f"--global-batch N [options]{hint}; --help lists them)", file=sys.stderr)
+        sys.exit(2)
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m harness.advise", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog="python -m harness.advise", description=__doc__,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="python -m harness keys, cluster=<preset> and cluster.<key>=<value>")
     ap.add_argument("--global-batch", type=int, default=None, help="samples per step over all replicas")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default runs/advise/<time>)")
@@ -61,6 +69,40 @@ def parser() -> argparse.ArgumentParser:
                     help="zb_auto's schedule.memory_limit values, in units of 1F1B's peak (pp microbatches per rank), "
                          "e.g. 1 2 or 1,2 (default budget: 1 and the largest the memory budget allows)")
     return ap
+
+
+MAX_GLOBAL_BATCH = 2**20  # --global-batch: the search lists every divisor of global_batch / dp for B
+MAX_WORKERS = 1024  # --workers: processes evaluating points
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Each option within what the search can use, before anything is composed or written;
+    AdviseError (one line) naming the option, the value and what is allowed."""
+    def whole(flag: str, values: list[int] | int | None, low: int, high: int, what: str) -> None:
+        for v in ([] if values is None else values if isinstance(values, list) else [values]):
+            if not low <= v <= high:
+                raise AdviseError(f"{flag} {v}: {what} (allowed: integers {low:,}..{high:,})")
+
+    whole("--global-batch", args.global_batch, 1, MAX_GLOBAL_BATCH, "samples per step over all replicas")
+    whole("--pp", args.pp, 1, MAX_WORLD, "pipeline ranks")
+    whole("--dp", args.dp, 1, MAX_WORLD, "data-parallel replicas")
+    whole("--gpus", args.gpus, 1, MAX_GPUS, "GPUs a point uses, pp x dp")
+    whole("--microbatch-sizes", args.microbatch_sizes, 1, MAX_GLOBAL_BATCH, "samples per microbatch")
+    whole("--max-microbatch-size", args.max_microbatch_size, 1, MAX_GLOBAL_BATCH, "the largest B searched")
+    whole("--max-microbatches", args.max_microbatches, 1, MAX_ACTIONS // 3, "the most microbatches searched")
+    whole("--virtual-stages", args.virtual_stages, 1, MAX_ACTIONS // 3, "interleaved_1f1b's chunks per rank")
+    whole("--top", args.top, 1, 10_000, "how many points get run commands")
+    whole("--workers", args.workers, 1, MAX_WORKERS, "processes evaluating points")
+
+
+def make_out(out: Path) -> None:
+    """The output directory, made now (after every other check: a refused command writes
+    nothing); AdviseError (one line) where it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AdviseError(f"--out {out}: cannot create it ({e.strerror or type(e).__name__}) (allowed: a directory "
+                          "this user can write, or one that can be created)") from None
 
 
 def memory_limits(values: list[str]) -> tuple[float, ...] | None:
@@ -106,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     from .report import write
 
     try:
+        check_args(args)
         out = args.out or Path("runs/advise") / time.strftime("%Y-%m-%d_%H-%M-%S")
         limits = memory_limits(args.memory_limits)
         problem = build_problem(args.overrides, args.global_batch)
+        if problem.global_batch > MAX_GLOBAL_BATCH:  # given as global_batch=N among the keys
+            raise AdviseError(f"global_batch={problem.global_batch}: more than {MAX_GLOBAL_BATCH:,} (allowed: "
+                              f"1..{MAX_GLOBAL_BATCH:,} samples per step; the search lists its divisors)")
         space = Space(schedules=tuple(args.schedules), pp=tuple(args.pp) if args.pp else None,
                       dp=tuple(args.dp) if args.dp else None,
                       microbatch_sizes=tuple(args.microbatch_sizes) if args.microbatch_sizes else None,
@@ -116,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                       zero=tuple(args.zero), placements=tuple(args.placements), gpus=args.gpus,
                       max_microbatches=args.max_microbatches, max_microbatch_size=args.max_microbatch_size,
                       memory_limits=limits, auto_top=max(1, args.top))
+        make_out(out)
         c = problem.config
         print(f"harness.advise: {model_title(c.model, problem.model)} ({problem.num_layers} layers, {c.dtype}, "
               f"{c.optimizer.name}) on {problem.cluster.name}, global batch {problem.global_batch}", flush=True)

@@ -28,6 +28,7 @@ from harness.compute_model import DIRECTIONS, Dims, fit, leave_one_out, work
 from harness.config import DTYPE_BYTES, model_config
 from harness.devices import lookup
 from harness.precision import DTYPES
+from harness.safe_io import read_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "data" / "gpt2_h200_profile.json"
@@ -37,11 +38,19 @@ SIZES = (1, 2, 4, 8)
 DTYPE = "bf16"
 
 
+def _profile_json(path: Path, flag: str) -> dict:
+    """A profile JSON: a regular file within safe_io's profile cap only (a FIFO or /dev/zero is
+    refused unread); FileNotFoundError where there is none."""
+    if not path.exists() and not path.is_symlink():
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    return json.loads(read_bytes(path, flag, "profile"))
+
+
 def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | None = None,
            sustained: float | None = None) -> dict:
     from harness.model import get_model
 
-    measured = json.loads(source.read_text())
+    measured = _profile_json(source, "--source")
     device = lookup(measured["device"])
     if device is None:
         raise ValueError(f"{source}: device {measured['device']!r} is not in harness/devices.py")
@@ -131,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = derive(args.source, sustained=args.sustained)
         if args.compare is not None:
             where = "--compare"
-            print("\n".join(compare(prof, json.loads(args.compare.read_text()))))
+            print("\n".join(compare(prof, _profile_json(args.compare, "--compare"))))
             return 0
         where = "--out"
         args.out.write_text(json.dumps(prof, indent=1) + "\n")

@@ -45,6 +45,10 @@ def presets() -> list[str]:
 
 def build_problem(overrides: list[str], global_batch: int | None) -> Problem:
     """The Problem the search runs on; AdviseError (one line) for anything it cannot plan for."""
+    for o in overrides:  # what every point sets itself: a fixed value would conflict with each point's
+        if key_of(o) == "microbatch_size":
+            raise AdviseError(f"{o}: every point sets B from the global batch (allowed: --microbatch-sizes "
+                              f"{o.partition('=')[2]} to search only that B)")
     try:
         c = compose_config(overrides)
     except ConfigError as e:

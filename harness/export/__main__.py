@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the script here (default: stdout)")
     try:
         a = parser.parse_args(argv)
+        if a.out is not None and (a.out.is_dir() or a.out.exists() and not a.out.is_file()):
+            raise ExportError(f"--out={a.out}: exists and is not a regular file (allowed: a file path for the "
+                              "script, new or to replace)")
         script, csv, where = export(a.to, a.source, a.out)
         text = script.text()
         try:

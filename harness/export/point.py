@@ -18,6 +18,7 @@ from harness.compose import compose_config
 from harness.config import Config, ConfigError
 from harness.record import RESULT
 from harness.result import RecordError, read
+from harness.safe_io import FileRefused, read_bytes
 from harness.schedules.ir import Schedule
 from harness.schedules.registry import V_SHAPE, build, spec
 
@@ -126,16 +127,18 @@ def load(text: str) -> Point:
 
 
 def _json(path: Path, text: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    try:  # a regular file of a record's size only: a FIFO or /dev/zero is refused unread
+        return json.loads(read_bytes(path, "source", "advice"))
+    except FileRefused as e:
+        raise ExportError(f"source={text}: {e.reason}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ExportError(f"source={text}: not readable JSON ({type(e).__name__}: {e}) "
                           f"(allowed: {ALLOWED_SOURCE})") from None
 
 
 # -- a run directory -----------------------------------------------------------------------------
 def from_run(result_path: Path) -> Point:
-    if not result_path.is_file():
+    if not result_path.exists() and not result_path.is_symlink():  # anything else there: read() says what it is
         raise ExportError(f"source={result_path.parent}: no {RESULT} in it (allowed: {ALLOWED_SOURCE})")
     try:
         result = read(result_path)

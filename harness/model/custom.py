@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import zlib
@@ -28,7 +29,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+import torch
+
 from harness.model.protocol import ModelError, check_model
+from harness.safe_io import FileRefused, read_bytes
 
 if TYPE_CHECKING:
     from harness.config import ModelConfig
@@ -39,17 +43,19 @@ HOW = "allowed: module:function, importable from the current directory or PYTHON
 
 def _from_file(path: str, where: str) -> ModuleType:
     file = Path(path).expanduser().resolve()
-    if not file.is_file():
-        raise ModelError(f"{where}: no such file {file} ({HOW})")
     name = f"harness_custom_{file.stem}_{zlib.crc32(str(file).encode()):08x}"  # the same in every process
     if name in sys.modules:
         return sys.modules[name]
+    try:  # a regular file of a source file's size, read once (a FIFO or /dev/zero is refused unread)
+        source = read_bytes(Path(path).expanduser(), "model.target", "model")
+    except FileRefused as e:
+        raise ModelError(f"{where}: {e.reason}") from None
     spec = importlib.util.spec_from_file_location(name, file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # so classes defined there pickle and re-import by name
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(file), "exec", dont_inherit=True), module.__dict__)  # what exec_module does
     except Exception as e:
         del sys.modules[name]
         raise ModelError(f"{where}: importing {file} raised {type(e).__name__}: {_line(e)}") from None
@@ -124,4 +130,67 @@ def build_custom(cfg: ModelConfig) -> Model:
         raise
     except Exception as e:
         raise ModelError(f"{where}: the factory raised {type(e).__name__}: {_line(e)}") from None
-    return check_model(model, where)
+    return check_returns(check_model(model, where), where)
+
+
+MAX_LAYERS = 2**20  # a custom model's num_layers: every plan lists its layers (kinds, costs, partitions)
+
+
+def _shape(x: object) -> bool:
+    return isinstance(x, (tuple, list, torch.Size)) and len(x) > 0 and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in x)
+
+
+def _show(x: object) -> str:
+    text = repr(x)
+    return (text if len(text) <= 60 else text[:57] + "...") + f" (a {type(x).__name__})"
+
+
+def check_returns(model: Model, where: str) -> Model:
+    """What the protocol's members return, checked on its first, second and last layer at a
+    microbatch of one sample (cheap: no layer is run, the batch is one sample, layers are built
+    on the meta device): kind a str, activation_shape and input_shape's shape tuples of
+    integers >= 1, input_shape's dtype a torch.dtype, fwd_flops a finite number >= 0, batch two
+    tensors of one row, build_layer and build_layers modules. ModelError (one line) naming the
+    member, what it returned and what is allowed, before any worker calls it."""
+    n = model.num_layers
+    if n > MAX_LAYERS:
+        raise ModelError(f"{where}: num_layers={n:,} (allowed: 1..{MAX_LAYERS:,})")
+
+    def call(member: str, *args: object) -> object:
+        try:
+            return getattr(model, member)(*args)
+        except Exception as e:  # noqa: BLE001 - the user's code: one line naming it
+            raise ModelError(f"{where}: {member}{args} raised {type(e).__name__}: {_line(e)}") from None
+
+    def wrong(member: str, args: tuple, got: object, allowed: str) -> ModelError:
+        return ModelError(f"{where}: {member}{args} returned {_show(got)} (allowed: {allowed}; "
+                          "harness/model/protocol.py)")
+
+    shape = call("activation_shape", 1)
+    if not _shape(shape):
+        raise wrong("activation_shape", (1,), shape, "a tuple of integers >= 1, the tensor between stages")
+    for i in sorted({0, min(1, n - 1), n - 1}):
+        kind = call("kind", i)
+        if not isinstance(kind, str) or not kind:
+            raise wrong("kind", (i,), kind, "a non-empty str, e.g. 'block'")
+        got = call("input_shape", i, 1)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2 and _shape(got[0])
+                and isinstance(got[1], torch.dtype)):
+            raise wrong("input_shape", (i, 1), got, "(shape, dtype): a tuple of integers >= 1 and a torch.dtype")
+        flops = call("fwd_flops", i, 1)
+        if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
+            raise wrong("fwd_flops", (i, 1), flops, "a finite number >= 0")
+        with torch.device("meta"):
+            layer = call("build_layer", i)
+        if not isinstance(layer, torch.nn.Module):
+            raise wrong("build_layer", (i,), layer, "a torch.nn.Module")
+    with torch.device("meta"):
+        stage = call("build_layers", 0, 1, 0)
+    if not isinstance(stage, torch.nn.Module):
+        raise wrong("build_layers", (0, 1, 0), stage, "a torch.nn.Module (nn.Sequential of the layers)")
+    data = call("batch", 0, 0, 1)
+    if not (isinstance(data, (tuple, list)) and len(data) == 2
+            and all(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == 1 for t in data)):
+        raise wrong("batch", (0, 0, 1), data, "(inputs, targets): two tensors of one row each")
+    return model

@@ -20,6 +20,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.safe_io import FileRefused, check, read_text
+
+
+MAX_LAYER_S = 86_400  # a layer's measured forward or backward: no measurement takes a day
+
 
 class ProfileError(ValueError):
     """A profile that cannot be used; str() is one line."""
@@ -73,28 +78,38 @@ def _check_times(by: dict, key: str, i: int) -> None:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ProfileError(f"{key}: layer {i}, microbatch size {size}: {name}={v!r} (allowed: a finite "
                                    "number >= 0)")
+            if name in ("fwd_s", "bwd_s") and v > MAX_LAYER_S:  # slept by compute=emulated, summed into steps
+                raise ProfileError(f"{key}: layer {i}, microbatch size {size}: {name}={v!r} (allowed: seconds in "
+                                   f"0..{MAX_LAYER_S:,}, a day)")
 
 
 def read_profile(path: str | Path) -> dict:
     """The profile JSON (parsed once per file version: a sweep's jobs and the planner's points
-    read it many times); ProfileError naming what is wrong."""
+    read it many times); ProfileError naming what is wrong. Only a regular file of at most
+    safe_io's profile cap is read (a FIFO or /dev/zero is refused unread)."""
     key = f"profile={path}"
     try:
-        st = Path(path).stat()
+        st = check(path, "profile", "profile")
         data = _parsed(str(path), st.st_mtime_ns, st.st_size)
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
         if not isinstance(data.get("layers"), list):
             raise TypeError("'layers' is not a list")
-    except FileNotFoundError:
-        raise ProfileError(f"{key}: no such file") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ProfileError(f"{key}: not a profile JSON ({type(e).__name__}: {e}); "
+    except FileRefused as e:
+        raise ProfileError(str(e)) from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise ProfileError(f"{key}: not a profile JSON ({type(e).__name__}: {_first_line(e)}); "
                            "write one with `python -m harness.profile`") from None
     return data
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or ["(no message)"])[0][:200]
+
+
 @functools.lru_cache(maxsize=16)
 def _parsed(path: str, mtime_ns: int, size: int) -> dict:
-    return json.loads(Path(path).read_text())
+    return json.loads(read_text(path, "profile", "profile"))
 
 
 def profile_model(data: dict) -> dict | None:
@@ -139,11 +154,9 @@ def load_profile(path: str | Path, microbatch_size: int, kinds: tuple[str, ...] 
     extrapolated with a line in `notes`. Computed once per file version, size and model (a
     sweep's jobs and the planner's points ask again and again)."""
     try:
-        st = Path(path).stat()
-    except FileNotFoundError:
-        raise ProfileError(f"profile={path}: no such file") from None
-    except OSError as e:
-        raise ProfileError(f"profile={path}: not a profile JSON ({type(e).__name__}: {e})") from None
+        st = check(path, "profile", "profile")
+    except FileRefused as e:
+        raise ProfileError(str(e)) from None
     layers, said = _load(str(path), st.st_mtime_ns, st.st_size, microbatch_size, kinds)
     if notes is not None:
         notes.extend(said)

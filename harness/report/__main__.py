@@ -8,9 +8,11 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 
+from harness.record import RESULT
 from harness.report.build import build_report
 from harness.report.load import load_sweep, newest_sweep, status_of
 
@@ -162,7 +164,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__)
+    ap = _Parser(prog="python -m harness.report", description=__doc__)
     ap.add_argument("sweep", nargs="?", type=Path, help="sweep directory (default: newest under --runs)")
     ap.add_argument("--runs", type=Path, default=Path("runs"), help="where Hydra writes runs")
     ap.add_argument("--out", type=Path, default=Path("reports"), help="reports/<sweep name>/ goes here")
@@ -172,12 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         path = args.sweep or newest_sweep(args.runs)
-        if not path.is_dir():
-            raise FileNotFoundError(f"sweep directory {path} does not exist")
-        if not path.resolve().name:
-            raise Refused(f"sweep directory {path}: the file system's root is no sweep")
+        if why := sweep_problem(path):
+            raise Refused(why)
         report = args.out / path.resolve().name
         copy = None if args.copy_as is None else copy_target(args.out, args.copy_as, report)
+        try:  # where the report goes, made now: a --out that cannot hold it is said before any work
+            report.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise Refused(f"--out={args.out}: cannot create {report} ({e.strerror or type(e).__name__}) (allowed: "
+                          "a directory this user can write, or one that can be created)") from None
     except (FileNotFoundError, Refused) as e:
         print(f"harness.report: error: {e}", file=sys.stderr)
         return 2

@@ -3,17 +3,18 @@ costs beside the Gantt the real run measured (redrawn from its trace.json)."""
 
 from __future__ import annotations
 
-import shutil
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.gantt import plot_gantt
-from harness.record import GANTT, TRACE, read_trace
+from harness.record import GANTT, TRACE
 from harness.report.figures import schedule_order
 from harness.report.runs import ok, schedule_label
 from harness.result import PlanRecord
+from harness.safe_io import FileRefused, copy, read_bytes
 from harness.simulate.engine import simulate
-from harness.trace import Trace
+from harness.trace import Event, Trace
 
 
 @dataclass
@@ -58,8 +59,18 @@ def _simulated(e: Entry, path: Path) -> None:
           f"{e.label}  pp={c['pp']}  M={c['microbatches']}  simulated on modeled costs (cost.*, comm.*)")
 
 
+def read_trace_capped(path: Path) -> Trace:
+    """A job's trace.json as record.read_trace reads it, from a regular file within safe_io's
+    trace cap only (a record's trace.json may be a FIFO, a link to /dev/zero, a sparse 8 GB
+    file: refused by its type or size before a byte is read); ValueError (one line) otherwise."""
+    data = json.loads(read_bytes(path, TRACE, "trace"))
+    return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
+                  e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            for e in data["traceEvents"] if e["ph"] == "X" and e.get("cat") != "step"]
+
+
 def _measured(e: Entry, job: Path, path: Path) -> None:
-    trace, c = read_trace(job / TRACE), e.run["config"]
+    trace, c = read_trace_capped(job / TRACE), e.run["config"]
     ranks = max(ev.rank for ev in trace) + 1
     labels = rank_labels(PlanRecord(**e.run["plan"]), c["pp"], c.get("dp", 1), ranks)
     last = max(ev.step for ev in trace)
@@ -85,11 +96,11 @@ def gallery(runs: list[dict], sweep: Path, out: Path) -> list[Entry]:
             _measured(e, job, out / f"{stem}_measured.png")
             e.measured = f"{out.name}/{stem}_measured.png"
         except Exception as err:  # noqa: BLE001 - see the docstring; the job's own PNG is the fallback
-            if (job / GANTT).exists():
-                shutil.copyfile(job / GANTT, out / f"{stem}_measured.png")
+            try:  # a regular file within the PNG cap only: never a link to /dev/zero copied until the disk fills
+                copy(job / GANTT, out / f"{stem}_measured.png", GANTT, "gantt")
                 e.measured = f"{out.name}/{stem}_measured.png"
                 e.missing.append(f"measured Gantt as the job drew it (PNG only): trace.json unreadable: {err}")
-            else:
-                e.missing.append(f"no measured Gantt: {type(err).__name__}: {err}")
+            except (FileRefused, OSError) as png:
+                e.missing.append(f"no measured Gantt: {type(err).__name__}: {err}; {png}")
         entries.append(e)
     return entries

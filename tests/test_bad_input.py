@@ -1,0 +1,440 @@
+"""Bad input found adversarially (issue 28, the input half): every entry point refuses it in ONE
+line naming the key (or flag), the value and what is allowed, before any worker starts or
+anything is allocated; exit 2 from the CLIs; nothing written.
+
+Cheap by design: the checks are called directly (validate, the CLIs' main(argv)), no worker
+runs. What must not read a device, block on a FIFO or read a sparse file is proven by design
+(the file is refused by its type or size, or read at most cap + 1 bytes), with only loose
+wall-clock bounds (the machine may be loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from harness import safe_io
+from harness.checks import validate
+from harness.config import MAX_STEPS, MAX_WORLD, Config, ConfigError, model_config, set_keys
+from harness.safe_io import CAPS, MiB, FileRefused
+
+SLOW_S = 5.0  # a refusal takes well under a second here; a loaded CI machine gets room, a hang does not
+
+
+def bounded(fn, *args, timeout: float = 30.0):
+    """fn(*args) in a thread: a regression that blocks (a FIFO opened for reading) fails the
+    test instead of hanging it. Returns (value or the exception raised, seconds)."""
+    out: dict = {}
+
+    def run() -> None:
+        t0 = time.perf_counter()
+        try:
+            out["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            out["value"] = e
+        out["s"] = time.perf_counter() - t0
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} blocked for {timeout} s"
+    return out["value"], out["s"]
+
+
+def one_line(e: object, *expected: str) -> str:
+    text = str(e)
+    assert isinstance(e, Exception), f"not refused: {e!r}"
+    assert "\n" not in text and "Traceback" not in text, text
+    for x in expected:
+        assert x in text, text
+    return text
+
+
+def small(**keys) -> Config:
+    """A small job, as the tests' `config` fixture makes it."""
+    c = Config()
+    c.wandb.mode, c.compute = "disabled", "real"
+    c.model.layers, c.model.hidden = 8, 32
+    c.steps, c.warmup_steps = 3, 1
+    return set_keys(c, **keys)
+
+
+# -- files that are not what they claim: devices, FIFOs, directories, links to them, sparse giants ----
+def _bad_files(tmp_path: Path, kind: str) -> dict[str, tuple[Path, str]]:
+    """name -> (path, what the refusal says)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "to_fifo").symlink_to(fifo)
+    (tmp_path / "to_zero").symlink_to("/dev/zero")
+    (tmp_path / "dir").mkdir()
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:  # no disk used: a hole of cap + 1 bytes
+        f.truncate(CAPS[kind] + 1)
+    return {"device": (Path("/dev/zero"), "not a regular file (a character device)"),
+            "fifo": (fifo, "not a regular file (a FIFO)"),
+            "link to a fifo": (tmp_path / "to_fifo", "not a regular file (a symlink to a FIFO)"),
+            "link to a device": (tmp_path / "to_zero", "not a regular file (a symlink to a character device)"),
+            "directory": (tmp_path / "dir", "not a regular file (a directory)"),
+            "sparse giant": (sparse, f"{CAPS[kind] + 1:,} bytes, more than {CAPS[kind]:,}"),
+            "missing": (tmp_path / "nope", "no such file")}
+
+
+BAD = ["device", "fifo", "link to a fifo", "link to a device", "directory", "sparse giant", "missing"]
+
+
+@pytest.mark.parametrize("what", BAD)
+@pytest.mark.parametrize("key", ["profile", "schedule.csv_path", "model.target"])
+def test_a_file_key_that_names_no_regular_file_is_one_line(tmp_path, key, what):
+    kind = {"profile": "profile", "schedule.csv_path": "csv", "model.target": "model"}[key]
+    path, said = _bad_files(tmp_path, kind)[what]
+    keys = {"profile": {"partition.name": "profile", "profile": str(path)},
+            "schedule.csv_path": {"schedule.name": "csv", "schedule.csv_path": str(path), "pp": 2},
+            "model.target": {"model.name": "custom", "model.target": f"{path}:build"}}[key]
+    tracemalloc.start()
+    try:
+        err, s = bounded(validate, small(**keys))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    text = one_line(err, f"{key}=", said)
+    assert isinstance(err, ConfigError)
+    if what != "missing":
+        assert f"(allowed: a regular file up to {CAPS[kind] // MiB} MiB)" in text
+    assert s < SLOW_S and peak < 16 * MiB  # nothing of the file was read
+
+
+@pytest.mark.parametrize("what", BAD)
+def test_safe_io_opens_no_device_or_fifo_and_reads_at_most_cap_plus_one(tmp_path, monkeypatch, what):
+    path, said = _bad_files(tmp_path, "csv")[what]
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(safe_io.os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    err, _ = bounded(safe_io.read_bytes, path, "schedule.csv_path", "csv")
+    assert isinstance(err, FileRefused) and said in str(err) and opened == []  # refused by stat, never opened
+
+
+def test_a_file_that_grows_past_its_cap_is_read_only_to_cap_plus_one(tmp_path, monkeypatch):
+    """A regular file within the cap at stat, past it when read (it grew): refused after
+    reading cap + 1 bytes, never the rest."""
+    f = tmp_path / "grows"
+    f.write_bytes(b"x" * 4096)
+    monkeypatch.setitem(CAPS, "csv", 100)
+    monkeypatch.setattr(safe_io, "_regular", lambda *a: None)  # the stat and fstat saw it small
+    reads = []
+    real_fdopen = os.fdopen
+
+    def fdopen(fd, mode):
+        f = real_fdopen(fd, mode)
+        read = f.read
+        f.read = lambda n=-1: reads.append(n) or read(n)  # type: ignore[method-assign]
+        return f
+
+    monkeypatch.setattr(safe_io.os, "fdopen", fdopen)
+    with pytest.raises(FileRefused, match="more than 100 bytes"):
+        safe_io.read_bytes(f, "schedule.csv_path", "csv")
+    assert reads == [101]
+
+
+def test_the_caps_have_room_over_what_the_harness_writes():
+    from harness.record import MAX_TRACE_EVENTS
+
+    # 131,072 events with their flows were 44 MiB (~355 bytes each): 1 KB an event is room
+    assert CAPS["trace"] >= MAX_TRACE_EVENTS * 1000
+    assert CAPS["result"] == 64 * MiB  # harness.result.read's own
+    assert CAPS["csv"] >= 1_000_000 * 12  # MAX_ACTIONS cells of "31F4095,"
+
+
+def test_the_report_never_copies_or_reads_a_trace_or_gantt_that_is_no_regular_file(tmp_path):
+    """A record whose trace.json is a sparse 8 GB file and whose gantt.png links to /dev/zero:
+    the gallery says why, reads neither, copies nothing."""
+    from harness.report.gallery import gallery
+    from tests.test_report import fake
+
+    run = fake(0)
+    job = tmp_path / "sweep" / run["_dir"]
+    job.mkdir(parents=True)
+    with open(job / "trace.json", "wb") as f:
+        f.truncate(8 * 2**30)
+    (job / "gantt.png").symlink_to("/dev/zero")
+    (entry,), s = bounded(gallery, [run], tmp_path / "sweep", tmp_path / "out")
+    said = " ".join(entry.missing)
+    assert "trace.json=" in said and f"{8 * 2**30:,} bytes, more than {CAPS['trace']:,}" in said
+    assert "gantt.png=" in said and "a symlink to a character device" in said
+    assert entry.measured is None and not list((tmp_path / "out").glob("*measured*")) and s < SLOW_S
+
+
+# -- schedule CSVs -------------------------------------------------------------------------------------
+def test_a_csv_with_a_byte_order_mark_is_read(tmp_path):
+    from harness.schedules.csv_io import read_csv
+
+    f = tmp_path / "bom.csv"
+    f.write_bytes(b"\xef\xbb\xbf0F0,0B0\n1F0,1B0\n")
+    assert [str(a) for a in read_csv(f)[0]] == ["0F0", "0B0"]
+    validate(small(**{"schedule.name": "csv", "schedule.csv_path": str(f), "pp": 2, "microbatches": 1}))
+
+
+@pytest.mark.parametrize("text,pp,said", [
+    ("0F0,0B0\n99F0,99B0\n", 2, "row 2 (rank 1), action 1: 99F0 names stage 99, and no action names stage 1"),
+    ("0F0,0B0,1F0,1B0\n", 4, "schedule CSV: 1 rows (ranks), pp=4 (allowed: one row per rank)"),
+    ("", 2, "schedule CSV: empty"),
+    ("0F0,zz\n", 1, "schedule CSV row 1 (rank 0), column 2: 'zz' is not a compute action"),
+])
+def test_a_csv_that_is_no_schedule_names_what_is_wrong(tmp_path, text, pp, said):
+    f = tmp_path / "s.csv"
+    f.write_text(text)
+    err, s = bounded(validate, small(**{"schedule.name": "csv", "schedule.csv_path": str(f), "pp": pp,
+                                        "microbatches": 1}))
+    one_line(err, f"schedule.csv_path={f}: ", said)
+    assert s < SLOW_S
+
+
+def test_a_csv_of_more_cells_than_actions_is_refused_before_a_cell_is_parsed(tmp_path, monkeypatch):
+    from harness.schedules import csv_io
+
+    f = tmp_path / "wide.csv"
+    f.write_text(",".join(["0F0"] * 1_000_001) + "\n")  # 4 MB: within the size cap, past MAX_ACTIONS
+    monkeypatch.setattr(csv_io, "from_csv", lambda text: pytest.fail("parsed"))
+    err, s = bounded(validate, small(**{"schedule.name": "csv", "schedule.csv_path": str(f), "pp": 1}))
+    one_line(err, "1,000,001 cells, more than 1,000,000 schedule actions")
+    assert s < SLOW_S
+
+
+# -- numbers bounded before anything is allocated -------------------------------------------------------
+NUMBERS = [
+    ({"steps": 10**9, "executor": "sim"}, "steps=1000000000: warmup_steps + steps = 1,000,000,001, more than 100,000"),
+    ({"warmup_steps": 10**9}, "warmup_steps=1000000000: warmup_steps + steps = 1,000,000,003"),
+    ({"steps": 50_000}, "steps=50000: 50,001 steps x 64 actions a step = 3,200,064 timed actions, more than 2,000,000"),
+    ({"dp": 10**11}, f"dp=100000000000: pp x dp = 400,000,000,000 ranks, more than {MAX_WORLD:,} (allowed: dp <= "),
+    ({"dp": 10**11, "executor": "sim"}, "dp=100000000000: pp x dp"),
+    ({"pp": 10**23}, "pp=100000000000000000000000: pp x dp = 100,000,000,000,000,000,000,000 ranks"),
+    ({"pp": 65536, "model.layers": 2**17}, "pp=65536: pp=65536 x 1 chunks x 8 microbatches x 3 = 1,572,864 schedule "
+                                          "actions, more than 1,000,000 (allowed: pp <= 41666)"),
+    ({"microbatch_size": 2**40, "executor": "sim"}, "microbatch_size=1099511627776: more than 2,147,483,647"),
+    ({"global_batch": 10**20, "executor": "sim"}, "global_batch=100000000000000000000: sets microbatch_size"),
+    ({"model.hidden": 2**40, "executor": "sim"}, "model.hidden=1099511627776: more than 2,147,483,647"),
+    ({"model.layers": 10**5, "executor": "sim"}, "model.layers=100000: 100,000 layers, more than 65,536"),
+    ({"timeout_s": 1e300}, "timeout_s=1e+300: more than 604,800 s"),
+    ({"cost.time_scale": 1e300}, "cost.time_scale=1e+300: more than 1e+06"),
+    ({"cost.time_scale": 1e6, "cost.fwd_ms_per_layer": 1e7}, "cost.fwd_ms_per_layer=10000000.0: the modeled step is "
+                                                           "at least"),
+    ({"cost.time_scale": 1e4, "steps": 1000}, "steps=1000: 1,001 steps of a modeled step of at least"),
+    ({"comm.bandwidth_Bps": 1e300}, "comm.bandwidth_Bps=1e+300: outside 1..1e+15"),
+    ({"comm.latency_s": 1e9}, "comm.latency_s=1000000000.0: more than 60 s"),
+    ({"executor": "sim", "cost.fwd_ms_per_layer": 0.0, "pp": 1},
+     "cost.fwd_ms_per_layer=0.0: executor=sim's step is the modeled compute, and it is 0 s"),
+    ({"executor": "sim", "verify_grads": True}, "verify_grads=true: executor=sim computes no gradients"),
+    ({"executor": "sim", "fault": "term@launch"}, "fault=term@launch: executor=sim starts no worker, so there is no "
+                                                  "launch to interrupt (allowed with executor=sim: term@records)"),
+    ({"repeats": 10**9}, "repeats=1000000000: more than 1,000"),
+    ({"memory_budget_gib": 1e300}, "memory_budget_gib=1e+300: more than 16,384"),
+]
+
+
+@pytest.mark.parametrize("keys,said", NUMBERS, ids=[" ".join(f"{k}={v}" for k, v in k.items()) for k, _ in NUMBERS])
+def test_a_number_past_what_the_harness_can_hold_is_one_line_before_anything_is_built(keys, said):
+    tracemalloc.start()
+    try:
+        err, s = bounded(validate, small(**keys))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    one_line(err, said)
+    assert isinstance(err, ConfigError) and s < SLOW_S and peak < 200 * MiB
+
+
+def test_a_cluster_too_large_to_list_is_one_line():
+    from harness.config import check_cluster
+    from harness.compose import compose_config
+
+    c = compose_config(["cluster=h200_node", "cluster.nodes=1000000000", "executor=sim"])
+    with pytest.raises(ConfigError) as e:
+        check_cluster(c.cluster)
+    one_line(e.value, "cluster.nodes=1000000000: cluster.nodes x cluster.gpus_per_node = 8,000,000,000 GPUs, more "
+                      "than 65,536 (allowed: cluster.nodes <= 8,192 here")
+    slow = compose_config(["cluster=h200_node", "cluster.memory_bandwidth_Bps=1e-300", "executor=sim"])
+    one_line(bounded(validate, slow)[0], "cluster.memory_bandwidth_Bps=1e-300: the modeled step is at least")
+
+
+def test_activations_are_counted_by_the_memory_theory_not_only_between_stages(monkeypatch):
+    """A machine of 1 GiB (patched): at B=100,000 the tensors between stages (4 ranks x 8 x
+    B x 32 fp32: 0.4 GiB) fit, GPipe's activations (every rank all 8 microbatches of every
+    layer's saved tensors, traced at B=1 and 2) do not; the bound is traced, not allocated."""
+    from harness import checks
+
+    monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**30)
+    tracemalloc.start()
+    try:
+        err, s = bounded(validate, small(**{"schedule.name": "gpipe", "microbatch_size": 100_000}))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    one_line(err, "microbatch_size=100000: this machine's 4 ranks need at least", "activations held for backward",
+             "the memory theory's")
+    assert s < SLOW_S and peak < 200 * MiB
+    validate(small(**{"schedule.name": "gpipe", "microbatch_size": 1000}))
+
+
+def test_a_dp_that_multiplies_the_weights_past_the_machine_names_dp(monkeypatch):
+    from harness import checks
+
+    monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**20)  # 1 MiB: one replica of 8 x 32 x 32
+    err, _ = bounded(validate, small(dp=64, pp=1, max_processes=1000, **{"model.hidden": 64}))
+    one_line(err, "dp=64: ")
+
+
+# -- a custom model whose members return the wrong things --------------------------------------------
+GOOD = """
+import torch
+class M:
+    num_layers = 3
+    def build_layer(self, i): return torch.nn.Linear(4, 4)
+    def build_layers(self, start, end, seed): return torch.nn.Sequential(*[self.build_layer(i) for i in range(start, end)])
+    def batch(self, seed, step, samples): return torch.zeros(samples, 4), torch.zeros(samples, 4)
+    def loss(self, output, target): return (output - target).pow(2).mean()
+    def activation_shape(self, b): return (b, 4)
+    def kind(self, i): return "linear"
+    def input_shape(self, i, b): return (b, 4), torch.float32
+    def fwd_flops(self, i, b): return 32.0 * b
+"""
+
+
+@pytest.mark.parametrize("member,body,said", [
+    ("activation_shape", "def activation_shape(self, b): return 'abc'", "activation_shape(1,) returned 'abc' (a str)"),
+    ("input_shape", "def input_shape(self, i, b): return (b, 4)", "input_shape(0, 1) returned (1, 4) (a tuple)"),
+    ("kind", "def kind(self, i): return 3", "kind(0,) returned 3 (a int)"),
+    ("fwd_flops", "def fwd_flops(self, i, b): return float('nan')", "fwd_flops(0, 1) returned nan (a float)"),
+    ("batch", "def batch(self, seed, step, samples): return torch.zeros(samples, 4)", "batch(0, 0, 1) returned"),
+    ("build_layer", "def build_layer(self, i): return 'linear'", "build_layer(0,) returned 'linear' (a str)"),
+    ("num_layers", "num_layers = 10**9", "num_layers=1,000,000,000 (allowed: 1..1,048,576)"),
+    ("kind", "def kind(self, i): raise KeyError(i)", "kind(0,) raised KeyError: 0"),
+])
+def test_a_custom_model_returning_the_wrong_types_is_one_line_before_any_worker(tmp_path, member, body, said):
+    lines = [line for line in GOOD.splitlines() if not line.strip().startswith(
+        (f"def {member}(", f"{member} ="))]
+    f = tmp_path / f"bad_{member}_{abs(hash(body))}.py"
+    f.write_text("\n".join(lines) + f"\n    {body}\ndef build(cfg):\n    return M()\n")
+    err, s = bounded(validate, small(**{"model.name": "custom", "model.target": f"{f}:build", "pp": 1}))
+    one_line(err, f"model.target={f}:build: ", said)
+    assert isinstance(err, ConfigError) and s < SLOW_S
+
+
+def test_a_good_custom_model_passes_the_member_checks(tmp_path):
+    f = tmp_path / "good_model.py"
+    f.write_text(GOOD + "def build(cfg):\n    return M()\n")
+    validate(small(**{"model.name": "custom", "model.target": f"{f}:build", "pp": 1}))
+
+
+# -- the other entry points: one line on stderr, exit 2, nothing written ------------------------------
+def _raise(value: object) -> object:
+    """bounded()'s value, its exception (argparse's SystemExit) raised here."""
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+def _one_line_exit_2(capsys, run, *said: str) -> str:
+    try:
+        code = run()
+    except SystemExit as e:  # argparse's errors exit
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    for x in said:
+        assert x in err, err
+    return err
+
+
+ADVISE = [
+    (["--pp", "0"], "--pp 0: pipeline ranks (allowed: integers 1..65,536)"),
+    (["--microbatch-sizes", "0"], "--microbatch-sizes 0"),
+    (["--gpus", "0"], "--gpus 0"),
+    (["--top", "-1"], "--top -1"),
+    (["--workers", "0"], "--workers 0"),
+    (["--virtual-stages", "0"], "--virtual-stages 0"),
+    (["--dp", "0"], "--dp 0"),
+    (["--max-microbatches", "0"], "--max-microbatches 0"),
+    (["--global-batch", "100000000000000000000"], "--global-batch 100000000000000000000: samples per step"),
+    (["--global-batch", "1e20"], "argument --global-batch: invalid int value: '1e20'"),
+    (["--out", "/proc/x"], "--out /proc/x: cannot create it"),
+    (["cluster.nodes=1000000000"], "cluster.nodes=1000000000: cluster.nodes x cluster.gpus_per_node"),
+    (["profile=/dev/zero"], "profile=/dev/zero: not a regular file (a character device)"),
+    (["--profile", "/dev/zero"], "unrecognized arguments: --profile /dev/zero (allowed: python -m harness.advise "
+                                 "key=value"),
+    (["microbatch_size=2"], "microbatch_size=2: every point sets B from the global batch"),
+]
+
+
+# each case composes the config (~0.1-0.4 s): the flags' range checks, all alike, every other one in make test
+@pytest.mark.parametrize("args,said", [pytest.param(*case, id=" ".join(case[0]),
+                                                    marks=[pytest.mark.slow] * (i % 2 and i < 10))
+                                       for i, case in enumerate(ADVISE)])
+def test_advise_arguments_are_one_line(tmp_path, monkeypatch, capsys, args, said):
+    from harness.advise.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    keys = [a for a in args if "=" in a and not a.startswith("--")]
+    flags = [a for a in args if a not in keys]
+    argv = ["cluster=h200_node", *keys, *([] if "--global-batch" in args else ["--global-batch", "8"]), *flags]
+    _one_line_exit_2(capsys, lambda: _raise(bounded(main, argv)[0]), "harness.advise: error: ", said)
+    assert not list(tmp_path.iterdir())  # nothing written (runs/advise/<time> included)
+
+
+def test_profile_arguments_are_one_line_and_write_nothing(tmp_path, capsys):
+    from harness.profile import main
+
+    small_model = ["model.layers=2", "model.hidden=8", "--warmup", "0", "--repeats", "1"]
+    (tmp_path / "existing").mkdir()
+    cases = [
+        (["--out", "/proc/x/p.json"], "--out /proc/x/p.json: cannot create /proc/x"),
+        (["--microbatch-sizes", "1000000000000", "--out", str(tmp_path / "p.json")],
+         "--microbatch-sizes 1000000000000: samples per microbatch (allowed: integers 1..2,147,483,647)"),
+        (["--microbatch-sizes", "2000000000", "--out", str(tmp_path / "p.json")],
+         "--microbatch-sizes 2000000000: a layer's input and output"),
+        (["--out", str(tmp_path / "existing")], f"--out {tmp_path / 'existing'}: a directory"),
+        (["--repeats", "0", "--out", str(tmp_path / "p.json")], "--repeats 0"),
+        (["--microbatch-sizes", "1e12"], "invalid int value: '1e12'"),
+    ]
+    for args, said in cases:
+        _one_line_exit_2(capsys, lambda: main([*small_model, *args]), "harness.profile: error: ", said)
+    assert [p.name for p in tmp_path.iterdir()] == ["existing"] and not list((tmp_path / "existing").iterdir())
+
+
+def test_report_and_export_refuse_what_is_no_sweep_or_record_in_one_line(tmp_path, capsys):
+    from harness.export.__main__ import main as export
+    from harness.report.__main__ import main as report
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("hi")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "result.json").symlink_to("/dev/zero")
+    out = ["--out", str(tmp_path / "reports")]
+    for sweep, said in [(tmp_path / "empty", "not a sweep (no result.json"), (tmp_path / "file", "not a directory"),
+                        (tmp_path / "fifo", "not a directory (a FIFO)"), (tmp_path / "nope", "no such directory"),
+                        (Path("/usr"), "not a sweep"), (Path("/"), "the file system's root is no sweep")]:
+        _one_line_exit_2(capsys, lambda: _raise(bounded(report, [str(sweep), *out])[0]), f"sweep={sweep}: ", said)
+    _one_line_exit_2(capsys, lambda: report([str(tmp_path / "run"), "--out", "/proc/x"]), "--out=/proc/x: cannot create")
+    _one_line_exit_2(capsys, lambda: report(["--bogus"]), "harness.report: error: unrecognized arguments: --bogus")
+    for source, said in [("/dev/zero", "source=/dev/zero: not a regular file (a character device)"),
+                         (str(tmp_path / "fifo"), "not a regular file (a FIFO)"),
+                         (str(tmp_path / "run"), "unreadable: not a regular file (a character device)"),
+                         (str(tmp_path / "empty"), "no result.json in it")]:
+        _one_line_exit_2(capsys, lambda: _raise(bounded(export, ["--to", "megatron", source])[0]), said)
+    _one_line_exit_2(capsys, lambda: export(["--to", "megatron", str(tmp_path / "run"), "--out", str(tmp_path)]),
+                     f"--out={tmp_path}: exists and is not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "fifo", "file", "run"]
+
+
+def test_the_steps_cap_is_what_result_json_can_keep():
+    """MAX_STEPS steps of per-step figures (step time, bubble, loss: ~20 bytes each in JSON)
+    stay far inside result.json's read cap."""
+    assert 3 * 20 * MAX_STEPS * 10 < CAPS["result"]
+    model_config("mlp")  # the schema imports alone
+    json.dumps({"steps": MAX_STEPS})
