@@ -5,7 +5,6 @@ make answer in well under a second (tests/bench/test_bench_cli.py)."""
 
 from __future__ import annotations
 
-import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -15,11 +14,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from harness import signals
 from harness.compose import register, to_config
 from harness.config import ConfigError
 from harness.locks import Busy, DirLock
 from harness.record import RESULT, point_key, provenance
 from harness.result import RecordError, read
+from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.sweeper import point_id
 
 register()
@@ -32,12 +33,6 @@ def _cuda_devices() -> int:
     from harness.runtime.cluster import world_cuda_devices
 
     return world_cuda_devices(torch.cuda.device_count() if torch.cuda.is_available() else 0)
-
-
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (a scheduler's kill, `kill PID`) ends a job like Ctrl-C: recorded
-    `interrupted`, workers killed, finished jobs' records kept."""
-    raise KeyboardInterrupt
 
 
 def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | None:
@@ -74,7 +69,10 @@ def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
 
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signals.ensure()  # SIGTERM ends a job like Ctrl-C (harness/signals.py)
+    fault = parse_fault(cfg.fault) if isinstance(cfg.fault, str) else None  # a bad one is refused below
+    maybe_interrupt(fault, "start")
+    signals.check()  # a signal since the last job (even one an earlier raise lost) ends the sweep here
     from harness.job import DISK_FULL, run_job
     from harness.runtime.launch import external_rank, shared_pool
 
@@ -116,6 +114,8 @@ def main(cfg: DictConfig) -> dict:
     except KeyboardInterrupt:
         print(f"harness: interrupted; {out / RESULT} says so, finished jobs keep their records", file=sys.stderr)
         sys.exit(130)
+    maybe_interrupt(fault, "end")
+    signals.check()  # the job's records are complete; the sweep goes no further
     outcome = {"status": result.status, "error": result.error,
                "disk_full": (result.error or "").startswith(DISK_FULL)}
     if rank != 0:

@@ -164,7 +164,8 @@ def _check_faults(c: Config, executor: Executor) -> None:
         raise ConfigError(str(e)) from None
     if fault and fault.where == "launch" and executor.runner is None:
         raise ConfigError(f"fault={c.fault}: executor={c.executor} starts no worker, so there is no launch to "
-                          f"interrupt (allowed with executor={c.executor}: term@records)")
+                          f"interrupt (allowed with executor={c.executor}: term@start, term@plan, term@records, "
+                          "term@end)")
     if fault and fault.rank is not None and not (fault.rank < c.pp * c.dp and fault.step < c.warmup_steps + c.steps):
         raise ConfigError(f"fault={c.fault}: rank or step outside this run ({c.pp * c.dp} ranks, "
                           f"{c.warmup_steps + c.steps} steps)")

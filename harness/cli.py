@@ -19,6 +19,8 @@ import shutil
 import sys
 from typing import NoReturn
 
+from harness import signals
+
 # flags of Hydra's command line whose next argument is their value, not an override
 _FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--shell-completion",
                      "-sc", "--experimental-rerun", "--info", "-i", "--package", "-p", "--cfg", "-c"}
@@ -129,6 +131,7 @@ def fail(message: str) -> NoReturn:
 
 
 def main() -> None:
+    signals.install()  # Ctrl-C and SIGTERM honoured at every moment, a job's first milliseconds too
     argv, problem = torchrun_overrides(sys.argv[1:], dict(os.environ))
     if problem:
         fail(problem)
@@ -158,6 +161,7 @@ def main() -> None:
             print(completion_script(out.getvalue()), end="")
         else:
             hydra_main()
+        signals.check()  # one that arrived where its raise was lost (a finalizer) still ends it
     except KeyboardInterrupt:  # between jobs: nothing was running, every record is complete
         print("harness: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -158,6 +158,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
             result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
             result.provenance = provenance(plan.config, point, started)
             result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
+            maybe_interrupt(parse_fault(c.fault), "plan")
             if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
                 result.status, result.error, result.wall_s = "skipped", why, time.time() - started
                 write(result)

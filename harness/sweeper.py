@@ -33,6 +33,7 @@ from hydra.plugins.sweeper import Sweeper as HydraSweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from harness import signals
 from harness.hydra_compat import BasicSweeper, apply_overrides, get_overrides_dirname, runs_jobs_here, untested_hydra
 
 _POINT_IDS: dict[tuple[str, int], str] = {}  # (sweep dir, job number) -> its point's identity, for jobs in this process
@@ -331,6 +332,7 @@ class Sweeper(BasicSweeper):
             with sharing(pool), _one_launch_line(sum(len(seg) for _, seg in order) if here else None):
                 for n, (start, segment) in enumerate(order):
                     lock = None
+                    signals.check()  # a signal during the last job, even one whose raise was lost, stops here
                     try:
                         if here:  # the job's directory is this sweep's from before Hydra writes there to the job's end
                             lock, why = _job_lock(self.job_dirs.get(start))

@@ -42,8 +42,8 @@ class Ran:
 @pytest.fixture
 def run_harness(monkeypatch, capsys):
     """`python -m harness ARGS` run in this process from `cwd`: a Ran. What the end of a
-    process would undo is undone after each run: SIGTERM's handler (the harness installs one)
-    is put back, and directory locks still held are released, as the kernel does at exit (an
+    process would undo is undone after each run: SIGTERM's and SIGINT's handlers (the harness
+    installs them) are put back, and directory locks still held are released, as the kernel does at exit (an
     interrupted sweep never reaches the callback that releases its lock). Hydra's logging is
     left out: it would reconfigure pytest's."""
     from harness import cli, locks
@@ -61,14 +61,15 @@ def run_harness(monkeypatch, capsys):
         monkeypatch.chdir(cwd)
         monkeypatch.setattr(sys, "argv", [argv0, *args, *HYDRA_QUIET])
         capsys.readouterr()
-        handler = signal.getsignal(signal.SIGTERM)
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         code = 0
         try:
             cli.main()
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         finally:
-            signal.signal(signal.SIGTERM, handler)
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
             while held:
                 held.pop().release()
         out, err = capsys.readouterr()

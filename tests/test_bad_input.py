@@ -230,7 +230,7 @@ NUMBERS = [
      "cost.fwd_ms_per_layer=0.0: executor=sim's step is the modeled compute, and it is 0 s"),
     ({"executor": "sim", "verify_grads": True}, "verify_grads=true: executor=sim computes no gradients"),
     ({"executor": "sim", "fault": "term@launch"}, "fault=term@launch: executor=sim starts no worker, so there is no "
-                                                  "launch to interrupt (allowed with executor=sim: term@records)"),
+                                                  "launch to interrupt (allowed with executor=sim: term@start, term@plan, term@records, term@end)"),
     ({"repeats": 10**9}, "repeats=1000000000: more than 1,000"),
     ({"memory_budget_gib": 1e300}, "memory_budget_gib=1e+300: more than 16,384"),
 ]

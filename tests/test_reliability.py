@@ -80,17 +80,24 @@ def test_faults_fail_their_job_and_the_next_job_runs(tmp_path, harness):
     assert "1 ok" in p.stdout and "3 failed" in p.stdout
 
 
-@pytest.mark.parametrize("moment", ["launch", "records"])
+# the second job's status after SIGTERM at each phase boundary (harness/runtime/faults.py term@PHASE)
+MOMENTS = {"start": None, "plan": "interrupted", "launch": "interrupted", "records": "interrupted", "end": "ok"}
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
 def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harness, moment):
-    """SIGTERM while the second job's ranks start, or between its trace.json and its
-    result.json: that job says interrupted, no process is left, the first keeps its record,
-    and resume=true runs only what is missing (the fault is a test hook, not part of a
-    job's identity)."""
+    """SIGTERM at each phase boundary of the second job (before it plans, once planned, while its
+    ranks start, between its trace.json and its result.json, once its records are written): the
+    sweep stops there (exit 130, the third job never starts), that job says interrupted where it
+    had begun (none before it plans; ok after its records), no process is left, the first keeps
+    its record, and resume=true runs only what is missing (the fault is a test hook, not part of
+    a job's identity)."""
     sweep = tmp_path / "sweep"
     first = harness("-m", f"fault=null,term@{moment},null", "pp=2", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert first.returncode == 130, first.stderr[-2000:]
     runs = records(sweep)
-    assert [runs[k]["status"] for k in sorted(runs)] == ["ok", "interrupted"], runs.keys()
+    want = ["ok"] + ([MOMENTS[moment]] if MOMENTS[moment] else [])
+    assert [runs[k]["status"] for k in sorted(runs)] == want, runs.keys()
     assert not any(alive(pid) for r in runs.values() for pid in r["worker_pids"])
     ok_wall = runs[sorted(runs)[0]]["wall_s"]
 
@@ -100,7 +107,7 @@ def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harne
     after = records(sweep)
     assert len(after) == 3 and all(r["status"] == "ok" for r in after.values())
     assert after[sorted(after)[0]]["wall_s"] == ok_wall  # not run twice
-    assert again.stdout.count("skipped (resume=true)") == 1
+    assert again.stdout.count("skipped (resume=true)") == want.count("ok")
     for job in after:
         assert {"trace.json", "gantt.png"} <= {f.name for f in (sweep / job).iterdir()}
 
@@ -140,3 +147,27 @@ def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path, ru
     again = run_harness(*args, "resume=true", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert all(r["status"] == "ok" for r in records(sweep).values()) and len(records(sweep)) == 2
+
+
+def test_a_signal_whose_raise_was_lost_is_honoured_at_the_next_boundary():
+    """Python drops a KeyboardInterrupt raised inside a finalizer ("Exception ignored in: ...");
+    the handler remembers the signal, and every phase boundary raises it again."""
+    import signal as sig
+
+    from harness import signals
+
+    before = {s: sig.getsignal(s) for s in (sig.SIGINT, sig.SIGTERM)}
+    try:
+        signals.install()
+        signals.check()  # nothing seen: goes on
+        try:
+            sig.getsignal(sig.SIGTERM)(sig.SIGTERM, None)
+        except KeyboardInterrupt:
+            pass  # lost, as in a weakref callback
+        with pytest.raises(KeyboardInterrupt):
+            signals.check()
+        signals.install()  # a new command forgets it
+        signals.check()
+    finally:
+        for s, handler in before.items():
+            sig.signal(s, handler)

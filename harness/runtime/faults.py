@@ -1,12 +1,12 @@
 """Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum,
-or `fault=term@launch` / `fault=term@records` / `fault=enospc@records`.
+or `fault=term@PHASE` (start, plan, launch, records, end) / `fault=enospc@records`.
 
 raise: the rank raises RuntimeError at the start of step S. kill: it SIGKILLs itself.
 hang: it sleeps forever (the job's timeout_s must end it). noaccum: in step S the rank
 drops the gradients accumulated before each backward, so only the last microbatch's
-survive (verify_grads must catch it). term@launch / term@records: the main process sends
-itself SIGTERM once the first worker has started / between writing trace.json and
-result.json, so tests can interrupt at those moments without racing a clock. enospc@records:
+survive (verify_grads must catch it). term@PHASE: the main process sends itself SIGTERM at a
+phase boundary of the job (`maybe_interrupt`), so tests can interrupt at each moment without
+racing a clock. enospc@records:
 writing result.json fails as on a full disk (OSError ENOSPC), after trace.json and the Gantt
 were written. For tests of failure handling; never set in a study.
 """
@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 
 _FAULT = re.compile(r"^(raise|kill|hang|noaccum)@rank(\d+),step(\d+)$")
-_MAIN_FAULT = re.compile(r"^(term@(?:launch|records)|enospc@records)$")
-_FORMS = ("KIND@rankR,stepS with KIND raise|kill|hang|noaccum (e.g. raise@rank1,step2), or term@launch, "
-          "term@records, enospc@records")
+_MAIN_FAULT = re.compile(r"^(term@(?:start|plan|launch|records|end)|enospc@records)$")
+_FORMS = ("KIND@rankR,stepS with KIND raise|kill|hang|noaccum (e.g. raise@rank1,step2), or term@PHASE with PHASE "
+          "start|plan|launch|records|end, or enospc@records")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ def parse_fault(text: str | None) -> Fault | None:
 
 
 def maybe_interrupt(fault: Fault | None, where: str) -> None:
-    """The main process's test hook: SIGTERM to itself at `where` (launch | records)."""
+    """The main process's test hook: SIGTERM to itself at `where`, a phase boundary of a job:
+    start (before it plans), plan (planned), launch (its first worker started), records
+    (between trace.json and result.json), end (its records written)."""
     if fault is not None and fault.kind == "term" and fault.where == where:
         os.kill(os.getpid(), signal.SIGTERM)
 
