@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
 from harness.jsonsafe import strict
+from harness.safe_io import check, read_text
 from harness.result import Env
 from harness.trace import COMPUTE, Event, Trace
 
@@ -503,31 +504,27 @@ def _num(v: float) -> str:
     return float.__repr__(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
 
 
-def _regular(path: Path) -> None:
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError(f"{path.name}: not a regular file")
-
-
 def read_trace(path: Path) -> Trace:
     """trace.json (write_trace_json) back into events (its actions: the X events but step
-    slices); ValueError for anything but a regular file (a FIFO would block the reader)."""
-    _regular(path)
+    slices); ValueError (safe_io.FileRefused) for anything but a regular file within the trace
+    cap (a FIFO would block the reader, a sparse file fill memory)."""
+    text = read_text(path, "trace.json", "trace")
     return [Event(e["tid"], e["args"]["step"], e["name"], e["cat"], e["args"]["kind"], e["args"]["stage"],
                   e["args"]["microbatch"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-            for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X" and e.get("cat") != "step"]
+            for e in json.loads(text)["traceEvents"] if e["ph"] == "X" and e.get("cat") != "step"]
 
 
 def read_trace_meta(path: Path) -> dict:
     """trace.json's `otherData` (write_trace_json), from its first line alone where it was
-    written so (a large trace is not parsed for it), else from the whole file; ValueError for
-    anything but a regular file."""
-    _regular(path)
+    written so (a large trace is not parsed for it), else from the whole file; ValueError as
+    read_trace's."""
+    check(path, "trace.json", "trace")
     with open(path, encoding="utf-8") as f:
-        first = f.readline()
+        first = f.readline(1 << 20)
     if first.rstrip().endswith('"traceEvents":['):
         try:
             return json.loads(first.rstrip() + "]}").get("otherData") or {}
         except ValueError:
             pass
-    data = json.loads(Path(path).read_text())
+    data = json.loads(read_text(path, "trace.json", "trace"))
     return (data.get("otherData") or {}) if isinstance(data, dict) else {}

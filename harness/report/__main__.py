@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.record import RESULT
 from harness.report.build import build_report
 from harness.report.load import load_sweep, newest_sweep, status_of
+from harness.safe_io import read_text
 
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -56,7 +57,7 @@ def _files(folder: Path) -> list[str]:
 def _written(target: Path) -> list[str]:
     """What the marker says --copy-as wrote into target: plain relative paths inside it only."""
     try:
-        data = json.loads((target / MARKER).read_text(encoding="utf-8"))
+        data = json.loads(read_text(target / MARKER, "--copy-as", "result"))
         files = data["files"]
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             raise ValueError("files: not a list of paths")
