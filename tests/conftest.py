@@ -202,7 +202,15 @@ SLOW = (
     "tests/test_p2p_rules.py::test_grid_safe_runs_everywhere_and_eager_deadlocks_on_nccl[dualpipev-1]",
     "tests/test_peer.py::test_pytorch_matches_native[zb_h1-",
     "tests/test_memory_breakdown.py::test_measured_equals_theory_for_every_component_on_every_rank[mlp-adamw-zero1-dp2]",
-    # benchmarks of seconds each (make bench times them; test_bench_records runs in make test)
+    # the per-layer memory composition on two more models ([gpt] stays); the measured-bytes limit on
+    # GPT-2 with eager attention (the bit-identical zb_auto test holds its meter within the limit);
+    # two more phase boundaries of a signal ([start], [launch], [records] stay)
+    "tests/test_advise.py::test_memory_composed_per_layer_equals_the_whole_stages_trace[mlp]",
+    "tests/test_advise.py::test_memory_composed_per_layer_equals_the_whole_stages_trace[llama]",
+    "tests/test_auto_schedule.py::test_zb_auto_holds_its_limit_in_measured_bytes_where_a_deferred_w_keeps_less",
+    "tests/test_reliability.py::test_a_signal_at_any_moment_is_recorded_and_resume_completes[in-process-plan]",
+    "tests/test_reliability.py::test_a_signal_at_any_moment_is_recorded_and_resume_completes[in-process-end]",
+    # benchmarks of seconds each (make bench times them; test_bench_records and test_bench_cli run in make test)
     "tests/bench/test_bench_advise.py",
     "tests/bench/test_bench_executors.py",
     "tests/bench/test_bench_sim.py",
