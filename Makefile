@@ -76,13 +76,13 @@ profile: venv ## Measure the balance study's CPU profile into OUT (runs/profile/
 	@mkdir -p $(dir $(OUT))
 	$(PY) -m harness.profile +scenario=cpu_real --microbatch-sizes 1 4 8 --out $(OUT)
 
-test: venv ## Unit, grids, multi-process (gloo), in-process sweeps and reports: all but `slow` (< 3 min on 2 cores)
+test: venv ## Unit, grids, multi-process (gloo), in-process sweeps and reports: all but `slow` (~2.5 min on 2 quiet cores)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-fast: venv ## Pure unit tests only (seconds): no processes, grids, sweeps or benchmarks
 	$(PY) -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
-test-all: venv ## Everything make test runs, and `slow`: long sweeps, subprocess twins, every benchmark once (~18 min)
+test-all: venv ## Everything make test runs, and `slow`: long sweeps, subprocess twins, every benchmark once (~20 min)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv ## Benchmarks, timed; fails on a median 25% slower than benchmarks/baseline.json
