@@ -121,6 +121,12 @@ def _trace_stage(k: _Key) -> StageActivations:
     return StageActivations(kept, recompute)
 
 
+def _fake(built: BuiltModel, a: int, b: int, shape: tuple, device: str) -> bool:
+    """Whether layers [a, b) are traced with fake tensors: off CPU, or too large to allocate."""
+    numel = sum(built.layer_params[a:b]) if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1
+    return device != "cpu" or numel > REAL_TRACE_MAX_PARAMS or math.prod(shape) > REAL_TRACE_MAX_INPUT
+
+
 def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, checkpointing: bool) -> int:
     """Bytes one microbatch through layers [a, b) holds for its backward, counted as the
     runtime's meter counts them. Traced with real tensors where the run is on CPU and the stage
@@ -128,9 +134,8 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
     than the math a fake trace picks), else under FakeTensorMode (no memory at any size)."""
     model, B = built.model, k.microbatch_size
     dtype = DTYPES[k.dtype]
-    numel = sum(built.layer_params[a:b]) if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1
     shape, in_dtype = model.input_shape(a, B)
-    fake = k.device != "cpu" or numel > REAL_TRACE_MAX_PARAMS or math.prod(shape) > REAL_TRACE_MAX_INPUT
+    fake = _fake(built, a, b, shape, k.device)
     default = torch.get_default_dtype()
     with compat.fake_tensors() if fake else contextlib.nullcontext():
         torch.set_default_dtype(dtype)  # built in the dtype: .to() cannot convert fake parameters
@@ -169,8 +174,7 @@ def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str) 
     model = built.model
     first, last = i == 0, i == built.num_layers - 1
     shape, in_dtype = model.input_shape(i, b)
-    fake = (device != "cpu" or (built.layer_params[i] if built.numels is not None else REAL_TRACE_MAX_PARAMS + 1)
-            > REAL_TRACE_MAX_PARAMS or math.prod(shape) > REAL_TRACE_MAX_INPUT)
+    fake = _fake(built, i, i + 1, shape, device)
     default = torch.get_default_dtype()
     with compat.fake_tensors() if fake else contextlib.nullcontext():
         torch.set_default_dtype(DTYPES[dtype])

@@ -272,14 +272,14 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     trace = run.trace
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
     repeats = run.step_repeats  # executor=sim: one measured step stands for every identical one
-    per_step = [bubble_per_rank(events_of_step(trace, s), run.ranks, c.pp) for s in measured_steps] * repeats
+    steps = [events_of_step(trace, s) for s in measured_steps]  # one pass each, read three times below
+    per_step = [bubble_per_rank(t, run.ranks, c.pp) for t in steps] * repeats
     per_global = [statistics.fmean(b[r] for b in per_step) for r in range(run.ranks)]
     # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
     per_rank = [statistics.fmean(per_global[p::c.pp]) for p in range(c.pp)]
     step_bubbles = [statistics.fmean(b) for b in per_step]
-    steady = statistics.fmean(statistics.fmean(steady_per_rank(events_of_step(trace, s), run.ranks, c.pp))
-                              for s in measured_steps)
-    times = [step_time(events_of_step(trace, s)) for s in measured_steps] * repeats
+    steady = statistics.fmean(statistics.fmean(steady_per_rank(t, run.ranks, c.pp)) for t in steps)
+    times = [step_time(t) for t in steps] * repeats
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
     costs = mean_costs(measured_trace, len(plan.stage_layers))

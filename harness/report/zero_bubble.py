@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, schedule_colors
 from harness.report.runs import dim, ok, run_ids, schedule_label, series
+from harness.schedules.registry import SCHEDULES
 
-SPLIT = ("zb_h1", "zb_h2", "zbv", "dualpipev", "zb_auto")  # the schedules that split the backward into I and W
 
 
 def _peak_share(r: dict) -> float | None:
@@ -38,7 +38,7 @@ def zero_bubble_study(runs: list[dict], out: Path) -> Figure:
         "(1F1B's peak on rank 0), the unit of zb_auto's memory_limit. zb_auto's orders are generated for the run's "
         "own costs and memory (what a deferred W keeps); handcrafted ones are fixed. Lines that coincide (1F1B's "
         "and ZB-H1's peak, both N on rank 0) are drawn over each other.", runs)
-    if not any(r["config"]["schedule"]["name"] in SPLIT for r in runs):
+    if not any(getattr(SCHEDULES.get(r["config"]["schedule"]["name"]), "split_backward", False) for r in runs):
         fig_.missing.append("no run of a zero-bubble schedule (zb_h1, zb_h2, zbv, dualpipev, zb_auto)")
         fig_.runs = []
         return fig_
