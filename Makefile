@@ -109,7 +109,7 @@ gpu-wheels: ## Wheels gpu-check needs on a machine without hydra-core/omegaconf 
 	$(PYTHON) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3  # pure Python, sdist only
 
 dashboard: venv ## The README's W&B panels as code for PROJECT (dry run; DASHBOARD_ARGS=--save sends them)
-	$(PY) -m harness.dashboard --project $(PROJECT) $(if $(ENTITY),--entity $(ENTITY)) $(DASHBOARD_ARGS)
+	$(PY) -m harness.records.dashboard --project $(PROJECT) $(if $(ENTITY),--entity $(ENTITY)) $(DASHBOARD_ARGS)
 
 clean: ## Remove what runs and tests made: runs/ (wandb's files too), ./wandb, caches (keeps .venv and reports/)
 	rm -rf runs wandb .pytest_cache .benchmarks

@@ -1,3 +1,3 @@
-from harness.cli import main
+from harness.frontend.cli import main
 
 main()

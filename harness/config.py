@@ -6,7 +6,7 @@ dataclass each (a model kind's sizes, an optimizer's hyperparameters), as in Hyd
 config examples: Hydra composes `model=gpt` into a GPTConfig, so `model=mlp model.heads=4` is
 refused as an unknown key. `check_values` checks what the schema alone can say (ranges, finite
 numbers, the fixed value sets); everything that needs a registry (schedules, models,
-executors) or the built model is checked in planning (harness/checks.py). Either raises
+executors) or the built model is checked in planning (harness/planning/checks.py). Either raises
 ConfigError with one line naming the key, the value and what is allowed.
 """
 
@@ -133,7 +133,7 @@ class ExplicitPartitionConfig(PartitionConfig):
 
 @dataclass
 class OptimizerConfig:
-    """torch's own optimizer, stepping fp32 (master copies in low precision: harness/optimizer.py)."""
+    """torch's own optimizer, stepping fp32 (master copies in low precision: harness/runtime/optimizer.py)."""
 
     name: str = "sgd"  # sgd | adamw
     weight_decay: float = 0.0  # sgd: L2; adamw: decoupled (AdamW's own)
@@ -153,7 +153,7 @@ class AdamWConfig(OptimizerConfig):
     weight_decay: float = 0.01
 
 
-# group -> option -> its dataclass: what Hydra registers (harness/compose.py) and set_keys switches
+# group -> option -> its dataclass: what Hydra registers (harness/frontend/compose.py) and set_keys switches
 OPTIONS: dict[str, dict[str, type]] = {
     "schedule": {"csv": CSVScheduleConfig, "zb_auto": AutoScheduleConfig},
     "model": {"mlp": MLPConfig, "gpt": GPTConfig, "hf": HFConfig, "custom": CustomConfig},
@@ -246,7 +246,7 @@ class ClusterConfig:
     description: str = ""
     source: str = ""  # where every figure comes from
     device: str = "cuda"  # cuda: GPUs (activations traced on fake tensors) | cpu: ranks are processes here
-    gpu: str = ""  # the GPU as torch names it (e.g. "NVIDIA H200"): its peak (harness/devices.py) gives MFU
+    gpu: str = ""  # the GPU as torch names it (e.g. "NVIDIA H200"): its peak (harness/planning/devices.py) gives MFU
     gpus_per_node: int = 8
     nodes: int = 1
     memory_per_gpu_gib: float = 80.0  # what the device has
@@ -477,7 +477,7 @@ def check_values(c: Config) -> None:
     for group in OPTIONS:
         _check_option(c, group)
     one_of("partition", c.partition.name, PARTITIONS)
-    one_of("optimizer", c.optimizer.name, tuple(OPTIONS["optimizer"]))  # harness/optimizer.py
+    one_of("optimizer", c.optimizer.name, tuple(OPTIONS["optimizer"]))  # harness/runtime/optimizer.py
     one_of("p2p", c.p2p, P2P_MODES)
     one_of("compute", c.compute, COMPUTE_MODES)
     one_of("device", c.device, DEVICES)

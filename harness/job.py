@@ -13,18 +13,18 @@ from pathlib import Path
 import torch
 
 from harness.config import Config, ConfigError
-from harness.gantt import plot_gantt
-from harness.gc_pause import paused
-from harness.metrics import compute_metrics, grad_check, over_budget, verdict
-from harness.plan import Plan, make_plan
-from harness.precision import Precision
-from harness.record import (GANTT, RESULT, RUNNING, TRACE, environment, provenance, wall_clock_origin,
+from harness.records.gantt import plot_gantt
+from harness.simulate.gc_pause import paused
+from harness.measure.metrics import compute_metrics, grad_check, over_budget, verdict
+from harness.planning.plan import Plan, make_plan
+from harness.runtime.precision import Precision
+from harness.records.record import (GANTT, RESULT, RUNNING, TRACE, environment, provenance, wall_clock_origin,
                             write_json_atomic, write_trace_json)
-from harness.reference import reference_losses
-from harness.result import Metrics, RecordError, Result, read
-from harness.wandb_log import log_wandb
+from harness.measure.reference import reference_losses
+from harness.records.result import Metrics, RecordError, Result, read
+from harness.records.wandb_log import log_wandb
 from harness.runtime.faults import maybe_fail_write, maybe_interrupt, parse_fault
-from harness.execution import Execution, from_reports
+from harness.measure.execution import Execution, from_reports
 from harness.runtime.launch import (RankPool, WorkerError, external_rank, run_external,
                                    run_processes)
 from harness.runtime.registry import entry_point, get_executor
@@ -180,7 +180,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     except WorkerError as e:
         return fail("failed", str(e))
     except OSError as e:
-        if disk_full(e) and rank0:  # the job fails; the sweep stops and says which (harness/sweeper.py)
+        if disk_full(e) and rank0:  # the job fails; the sweep stops and says which (harness/frontend/sweeper.py)
             return fail("failed", disk_full_error(e))
         if c.debug or not rank0:
             raise
@@ -224,7 +224,7 @@ def rerun_statuses(value: str | None) -> frozenset[str]:
 
 def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
     """`key: old -> new` for every setting that changes what runs (run control excluded)."""
-    from harness.record import RUN_CONTROL
+    from harness.records.record import RUN_CONTROL
 
     out = []
     for key in sorted(set(stored) | set(asked)):

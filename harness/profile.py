@@ -13,7 +13,7 @@ microbatch_size is replaced by --microbatch-sizes. Examples:
       device=cuda dtype=bf16 --blocks 1 --microbatch-sizes 1 2 4 --out llama70b.json
 
 What is measured: each layer is built alone (seeded as a rank builds it), cast to `dtype`
-(the runtime's pure low precision, harness/precision.py), and run on one microbatch: layer
+(the runtime's pure low precision, harness/runtime/precision.py), and run on one microbatch: layer
 0 on the model's own batch inputs (floating point cast to `dtype`, token ids as they are),
 the others on random activations in `dtype` that require grad, as a stage's received input
 does; the last layer's forward includes the loss (fp32, on the model's own targets) and its
@@ -64,13 +64,13 @@ from typing import Any, Callable
 
 import torch
 
-from harness import compat
-from harness.compose import compose_config
+from harness.runtime import compat
+from harness.frontend.compose import compose_config
 from harness.config import DTYPE_NAMES, MAX_DIM, MAX_WORLD, Config, ConfigError
 from harness.model import Model
 from harness.model.built import BuiltModel
 from harness.model.partition import min_max
-from harness.precision import Precision
+from harness.runtime.precision import Precision
 
 
 class ProfileArgsError(ValueError):
@@ -126,7 +126,7 @@ def _inputs(model: Model, i: int, b: int, precision: Precision, device: torch.de
 
 
 def _forward(model: Model, layer: torch.nn.Module, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-    """The layer, and for the last one the loss in fp32 (harness/precision.py) on the model's targets."""
+    """The layer, and for the last one the loss in fp32 (harness/runtime/precision.py) on the model's targets."""
     out = layer(x)
     return out if target is None else model.loss(out.float(), target)
 

@@ -46,7 +46,8 @@ def run_harness(monkeypatch, capsys):
     installs them) are put back, and directory locks still held are released, as the kernel does at exit (an
     interrupted sweep never reaches the callback that releases its lock). Hydra's logging is
     left out: it would reconfigure pytest's."""
-    from harness import cli, locks
+    from harness.frontend import cli
+    from harness.records import locks
 
     held: list = []
     acquire = locks.DirLock.acquire

@@ -19,11 +19,11 @@ from harness.advise.problem import build_problem
 from harness.advise.report import commands, to_json
 from harness.advise.search import (AdviseError, Point, Problem, Space, auto_bound, budget_limit, evaluate, holding,
                                    predict, search, searchable)
-from harness.compose import cluster_from_dict, compose_config
+from harness.frontend.compose import cluster_from_dict, compose_config
 from harness.config import Config, PartitionConfig, set_keys
-from harness.memory_theory import trace_stage
+from harness.planning.memory_theory import trace_stage
 from harness.model.built import BuiltModel
-from harness.plan import make_plan
+from harness.planning.plan import make_plan
 from harness.schedules.registry import build, built_in, requirements
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
@@ -90,7 +90,7 @@ def test_the_simulators_timing_equals_its_events(name):
     """Random per-stage costs, a hop on every cross-rank message, a sync in each stage's last
     backward, send and receive costs: the step `timing` computes equals the trace's, and its
     bubble the trace's bubble as the metrics measure it, over N 1..6, M 1..12."""
-    from harness.metrics import bubble_per_rank, step_time
+    from harness.measure.metrics import bubble_per_rank, step_time
 
     rng = random.Random(name)
     for n in (1, 2, 3, 4, 6):
@@ -314,7 +314,7 @@ def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
     """Every command advice.json prints passes the harness's validation as printed (on the GPUs
     it is meant for), and its `predicted` command (the same keys, executor=sim on the cluster)
     reproduces the point's predicted step and peak memory to 1e-6; how many were checked."""
-    from harness.checks import validate
+    from harness.planning.checks import validate
 
     checked = 0
     composed: dict[tuple[str, ...], Config] = {}  # torchrun's and SLURM's keys are the same: composed once
@@ -596,7 +596,7 @@ def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path
     assert compute["efficiency"]["block"]["fwd"] == pytest.approx(0.75, abs=0.003)
     assert compute["fit"]["source"] == "data/gpt2_h200_profile.json" and compute["fit"]["worst_leave_one_out"] < 0.12
     from harness.model.built import built_model
-    from harness.compose import compose_config
+    from harness.frontend.compose import compose_config
 
     model = built_model(compose_config(doc["overrides"]).model)
     fwd_per_sample = sum(model.model.fwd_flops(i, 1) for i in range(model.num_layers))

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from harness.job import run_job
-from harness.reference import reference_losses
+from harness.measure.reference import reference_losses
 from harness.schedules import p2p
 from harness.schedules.auto import generate, limit_of, peak_memory
 from harness.schedules.csv_io import write_csv
@@ -188,7 +188,7 @@ def test_zb_auto_holds_its_limit_in_measured_bytes_where_a_deferred_w_keeps_less
 ])
 def test_zb_auto_bad_input_is_one_line(config, overrides, said):
     from harness.config import ConfigError
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     with pytest.raises(ConfigError) as e:
         make_plan(config(pp=4, microbatches=8, **{"schedule.name": "zb_auto"}, **overrides))
@@ -198,7 +198,7 @@ def test_zb_auto_bad_input_is_one_line(config, overrides, said):
 def test_zb_auto_takes_a_prior_runs_measured_costs(tmp_path, config):
     """schedule.costs=<run dir>: the prior run's per-stage F, I, W (3 ms a layer here) and
     hop are what the generator times its candidates on."""
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     prior = config(pp=4, microbatches=8, executor="sim", steps=1, **{"schedule.name": "zb_h1"})
     prior.cost.fwd_ms_per_layer = 3.0

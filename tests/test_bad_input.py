@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import safe_io
-from harness.checks import validate
+from harness.records import safe_io
+from harness.planning.checks import validate
 from harness.config import MAX_STEPS, MAX_WORLD, Config, ConfigError, model_config, set_keys
-from harness.safe_io import CAPS, MiB, FileRefused
+from harness.records.safe_io import CAPS, MiB, FileRefused
 
 SLOW_S = 5.0  # a refusal takes well under a second here; a loaded CI machine gets room, a hang does not
 
@@ -142,11 +142,11 @@ def test_a_file_that_grows_past_its_cap_is_read_only_to_cap_plus_one(tmp_path, m
 
 
 def test_the_caps_have_room_over_what_the_harness_writes():
-    from harness.record import MAX_TRACE_EVENTS
+    from harness.records.record import MAX_TRACE_EVENTS
 
     # 131,072 events with their flows were 44 MiB (~355 bytes each): 1 KB an event is room
     assert CAPS["trace"] >= MAX_TRACE_EVENTS * 1000
-    assert CAPS["result"] == 64 * MiB  # harness.result.read's own
+    assert CAPS["result"] == 64 * MiB  # harness.records.result.read's own
     assert CAPS["csv"] >= 1_000_000 * 12  # MAX_ACTIONS cells of "31F4095,"
 
 
@@ -250,7 +250,7 @@ def test_a_number_past_what_the_harness_can_hold_is_one_line_before_anything_is_
 
 def test_a_cluster_too_large_to_list_is_one_line():
     from harness.config import check_cluster
-    from harness.compose import compose_config
+    from harness.frontend.compose import compose_config
 
     c = compose_config(["cluster=h200_node", "cluster.nodes=1000000000", "executor=sim"])
     with pytest.raises(ConfigError) as e:
@@ -265,7 +265,7 @@ def test_activations_are_counted_by_the_memory_theory_not_only_between_stages(mo
     """A machine of 1 GiB (patched): at B=100,000 the tensors between stages (4 ranks x 8 x
     B x 32 fp32: 0.4 GiB) fit, GPipe's activations (every rank all 8 microbatches of every
     layer's saved tensors, traced at B=1 and 2) do not; the bound is traced, not allocated."""
-    from harness import checks
+    from harness.planning import checks
 
     monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**30)
     tracemalloc.start()
@@ -281,7 +281,7 @@ def test_activations_are_counted_by_the_memory_theory_not_only_between_stages(mo
 
 
 def test_a_dp_that_multiplies_the_weights_past_the_machine_names_dp(monkeypatch):
-    from harness import checks
+    from harness.planning import checks
 
     monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**20)  # 1 MiB: one replica of 8 x 32 x 32
     err, _ = bounded(validate, small(dp=64, pp=1, max_processes=1000, **{"model.hidden": 64}))

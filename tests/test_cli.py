@@ -3,7 +3,7 @@ allowed>`, exit 2, before any process or allocation; a sweep plans every point f
 own features (tab completion, --config-dir presets, interpolations, quoted values) work;
 relative paths are the user's; long sweeps get short job directories.
 
-Every case but one runs `harness.cli.main()` in this process (a subprocess costs ~4 s); the
+Every case but one runs `harness.frontend.cli.main()` in this process (a subprocess costs ~4 s); the
 last runs the installed `harness` script from another directory. `microbatches=1000000000`
 is refused in milliseconds: were the cap checked after building the schedule, that case
 alone would take minutes and gigabytes."""
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness import cli
+from harness.frontend import cli
 from harness.config import job_dirname, schema_keys
-from harness.jsonsafe import strict
+from harness.records.jsonsafe import strict
 from harness.report.runs import run_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,8 +197,8 @@ def test_copied_configs_equal_composed_ones():
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from harness.compose import register
-    from harness.sweeper import FastComposer
+    from harness.frontend.compose import register
+    from harness.frontend.sweeper import FastComposer
 
     register()
     GlobalHydra.instance().clear()

@@ -1,5 +1,5 @@
 """One clock for every node: each rank's clock measured against rank 0's at the start of a job
-(harness/runtime/clock.py) and every event put on rank 0's timeline (harness/execution.py
+(harness/runtime/clock.py) and every event put on rank 0's timeline (harness/measure/execution.py
 from_reports). Unit tests on fake clocks; then runs with a test-only skew of +/- 1 hour injected
 into half the ranks' clocks (clock_skew_s), as ranks on hosts booted an hour apart would read."""
 
@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from harness.execution import ClockEstimate, Execution, RankReport, clock_offsets, clock_record, from_reports
+from harness.measure.execution import ClockEstimate, Execution, RankReport, clock_offsets, clock_record, from_reports
 from harness.runtime.clock import HostClock, bounds, ping, skew_ns
-from harness.trace import COMPUTE, Event
+from harness.measure.trace import COMPUTE, Event
 
 HOUR = 3600.0
 # pp=4 x dp=2: ranks 1 and 5 an hour ahead, 3 and 7 an hour behind (one replica's ranks 0..3)
@@ -177,8 +177,8 @@ def test_an_hour_of_skew_on_half_the_ranks_is_undone(config):
     rank's clock, untouched); the schedule and imbalance parts of the attribution are the same;
     no message arrives before it was sent by more than the two ranks' uncertainties."""
     from harness.job import execute
-    from harness.metrics import compute_metrics, window
-    from harness.plan import make_plan
+    from harness.measure.metrics import compute_metrics, window
+    from harness.planning.plan import make_plan
 
     c = config(pp=4, dp=2, microbatches=4, steps=2, compute="emulated", clock_skew_s=SKEW,
                **{"cost.fwd_ms_per_layer": 2.0})

@@ -1,4 +1,4 @@
-"""The compute model (harness/compute_model.py) and the device table (harness/devices.py): a
+"""The compute model (harness/planning/compute_model.py) and the device table (harness/planning/devices.py): a
 fit recovers the parameters a profile was made from, efficiency grows with the work and never
 passes the peak, the measured H200 profile's leave-one-out error, and the derived 70B profile
 in data/ is what the code derives today."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compute_model import Dims, fit, leave_one_out, spread, work
-from harness.devices import lookup
+from harness.planning.compute_model import Dims, fit, leave_one_out, spread, work
+from harness.planning.devices import lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = lookup("NVIDIA H200")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checks import validate
+from harness.planning.checks import validate
 from harness.config import ConfigError
 
 
@@ -74,7 +74,7 @@ def test_the_size_check_counts_this_machine_in_the_runs_dtype_after_global_batch
     fp32 at B=400,000 and within it in bf16; B set by global_batch is checked as B; a torchrun
     node running one of the ranks holds its share only; executor=sim allocates nothing and is
     never checked."""
-    from harness import checks
+    from harness.planning import checks
 
     monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**30)
     big = 400_000

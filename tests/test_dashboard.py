@@ -1,4 +1,4 @@
-"""harness.dashboard: the README's panels built offline (nothing sent, no API touched), on the
+"""harness.records.dashboard: the README's panels built offline (nothing sent, no API touched), on the
 exact summary and history keys log_wandb writes and the config keys a run's config has."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import wandb
 
-from harness import dashboard
+from harness.records import dashboard
 from harness.job import run_job
-from harness.result import read
-from harness.wandb_log import PER_STEP_METRICS, STEP, history_rows, summary_metrics
+from harness.records.result import read
+from harness.records.wandb_log import PER_STEP_METRICS, STEP, history_rows, summary_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 README_KEYS = {"bubble/measured", "bubble/theory", "bubble/simulated", "memory/peak_activation_bytes_per_rank/max",
@@ -131,7 +131,7 @@ def test_dry_run_is_the_default_and_lists_the_panels(offline, capsys):
 @pytest.mark.subprocess
 def test_save_without_an_api_key_fails_fast_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
-    p = subprocess.run([sys.executable, "-m", "harness.dashboard", "--project", "proj", "--save"], cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-m", "harness.records.dashboard", "--project", "proj", "--save"], cwd=tmp_path,
                        env={**env, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 1

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from harness.compose import register
+from harness.frontend.compose import register
 from harness.config import ConfigError
 from harness.job import run_job
-from harness.plan import make_plan
-from harness.reference import reference_losses
-from harness.result import read
+from harness.planning.plan import make_plan
+from harness.measure.reference import reference_losses
+from harness.records.result import read
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def test_the_gantt_title_shows_what_ran(config):
     global_batch=32 runs B=2, not the default 4)."""
     from tests.test_report import fake
     from harness.job import gantt_title
-    from harness.result import Result
+    from harness.records.result import Result
 
     plan = make_plan(config(pp=2, microbatches=4, dp=4, global_batch=32))
     title = gantt_title(plan, Result.from_json(fake(0)).metrics, 3)

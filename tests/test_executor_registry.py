@@ -7,8 +7,8 @@ import pytest
 
 from harness.config import ConfigError
 from harness.job import run_job
-from harness.plan import make_plan
-from harness.reference import reference_losses
+from harness.planning.plan import make_plan
+from harness.measure.reference import reference_losses
 from harness.runtime.registry import EXECUTORS
 from tests.toy_executor import TOY
 
@@ -43,7 +43,7 @@ def test_validation_reads_the_registry(config, overrides, expected):
 
 
 def test_an_untested_torch_is_refused_where_torch_internals_are_used(config, monkeypatch):
-    from harness import compat
+    from harness.runtime import compat
 
     monkeypatch.setattr(compat.torch, "__version__", "9.9.0")
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)

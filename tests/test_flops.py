@@ -1,4 +1,4 @@
-"""FLOPs, TFLOP/s, MFU and HFU (harness/flops.py): the closed form against torch's FLOP
+"""FLOPs, TFLOP/s, MFU and HFU (harness/planning/flops.py): the closed form against torch's FLOP
 counter, per step with and without recompute, and in records and headlines."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.compose import compose_config
+from harness.frontend.compose import compose_config
 from harness.config import model_config
-from harness.devices import lookup
-from harness.flops import step_flops
+from harness.planning.devices import lookup
+from harness.planning.flops import step_flops
 from harness.job import run_job
 from harness.model import get_model
-from harness.plan import make_plan
-from harness.result import read
+from harness.planning.plan import make_plan
+from harness.records.result import read
 
 MODELS = [dict(name="mlp", layers=3, hidden=24),
           dict(name="gpt", layers=2, hidden=32, heads=2, seq=16, vocab=64),

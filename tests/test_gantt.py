@@ -1,4 +1,4 @@
-"""The job's records besides result.json: the Gantt chart (harness/gantt.py) and trace.json
+"""The job's records besides result.json: the Gantt chart (harness/records/gantt.py) and trace.json
 (record.write_trace_json): what they show, the cap on trace.json, atomic writes."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.gantt import COLORS, gantt_figure, plot_gantt
-from harness.record import read_trace, write_atomic, write_json_atomic, write_trace_json
+from harness.records.gantt import COLORS, gantt_figure, plot_gantt
+from harness.records.record import read_trace, write_atomic, write_json_atomic, write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
-from harness.trace import COMM, COMPUTE, WAIT, Event
+from harness.measure.trace import COMM, COMPUTE, WAIT, Event
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.devices import lookup
+from harness.planning.devices import lookup
 from harness.job import run_job
-from harness.reference import reference_losses
+from harness.measure.reference import reference_losses
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zbv", "dualpipev")
@@ -43,12 +43,12 @@ def test_cuda_pp1_end_to_end(tmp_path, config, schedule):
     assert result.env.device == "cuda" and result.plan.backend == "nccl"
     assert result.metrics.bubble.measured < 0.5  # one stage: only launch gaps
     assert result.metrics.memory.cuda_max_memory_allocated_per_rank[0] > 0
-    f = result.metrics.flops  # a listed GPU (harness/devices.py) gets MFU; fp32 against its CUDA-core peak
+    f = result.metrics.flops  # a listed GPU (harness/planning/devices.py) gets MFU; fp32 against its CUDA-core peak
     print(f"[gpu] {result.env.device_name}: {f.tflops_per_device:.3g} TFLOP/s, MFU {f.mfu}, {f.note}")
     if lookup(result.env.device_name) is not None:
         assert f.device is not None and 0 < f.mfu <= 1 and f.hfu == f.mfu
     else:
-        assert f.mfu is None and "not in harness/devices.py" in f.note
+        assert f.mfu is None and "not in harness/planning/devices.py" in f.note
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -22,7 +22,7 @@ from harness.job import run_job  # noqa: E402
 from harness.model import ModelError, get_model  # noqa: E402
 from harness.model.hf import ARCHS, HFModel  # noqa: E402
 from harness.model.split_linear import SplitLinear, WeightGradStore, attach_store  # noqa: E402
-from harness.reference import reference_losses  # noqa: E402
+from harness.measure.reference import reference_losses  # noqa: E402
 
 TINY = {"layers": 2, "hidden": 32, "heads": 4, "seq": 16, "vocab": 128}
 KV = {"gpt2": None, "llama": 2, "mistral": 2, "qwen2": 1}  # grouped-query attention where the arch has it
@@ -128,7 +128,7 @@ def test_bad_hf_config_is_one_line(overrides, message):
 
 
 def test_bad_hf_config_is_refused_before_any_worker(config):
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     with pytest.raises(ConfigError, match=r"^model\.arch=bert: unknown"):
         make_plan(config(pp=2, **{"model.name": "hf", "model.arch": "bert"}))

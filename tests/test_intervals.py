@@ -1,4 +1,4 @@
-"""Confidence intervals (harness/intervals.py): reproducible, containing the statistic, a point
+"""Confidence intervals (harness/measure/intervals.py): reproducible, containing the statistic, a point
 for one sample, narrower with more samples, and the overlap rule the report says noise with."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from harness.intervals import interval, overlap
+from harness.measure.intervals import interval, overlap
 
 
 def test_an_interval_holds_the_median_is_reproducible_and_narrows_with_samples():

@@ -13,10 +13,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from harness.callbacks import SWEEP_LOG, Progress
-from harness.compose import register, to_config
-from harness.reference import reference_losses
-from harness.result import read
+from harness.frontend.callbacks import SWEEP_LOG, Progress
+from harness.frontend.compose import register, to_config
+from harness.measure.reference import reference_losses
+from harness.records.result import read
 from harness.runtime.cluster import Resources, master_port, rank_env, spread
 from hydra_plugins.harness_launcher import HarnessLocalLauncher, HarnessSlurmLauncher
 from tests.test_cli import harness  # `harness ARGS` in this process: only the jobs' tasks start cold

@@ -68,7 +68,7 @@ def test_broken_accumulation_is_caught(tmp_path, config):
 def test_a_diverged_run_is_recorded_as_such_and_read_back(tmp_path, config):
     """lr=1e30: the loss goes non-finite; the record says diverged, its losses null from there
     (strict JSON), its timings measured, and it reads back (not corrupt)."""
-    from harness.result import read
+    from harness.records.result import read
 
     result = run_job(config(pp=2, microbatches=2, steps=2, lr=1e30), tmp_path, "test", "diverged")
     assert result.status == "diverged" and "not finite from step 1" in result.error

@@ -6,8 +6,8 @@ import pytest
 
 from harness.config import ConfigError
 from harness.job import run_job
-from harness.plan import make_plan
-from harness.reference import reference_losses
+from harness.planning.plan import make_plan
+from harness.measure.reference import reference_losses
 
 GPT = {"model.name": "gpt", "model.layers": 2, "model.hidden": 32, "model.heads": 2, "model.seq": 16,
        "model.vocab": 64}
@@ -55,7 +55,7 @@ def test_zero1_halves_the_optimizer_state_and_keeps_the_losses(tmp_path, config)
 @pytest.mark.dist
 def test_a_point_over_the_budget_is_skipped_and_one_under_runs(tmp_path, config):
     small = make_plan(config(pp=2, microbatches=4))
-    from harness.memory_theory import theory_per_rank
+    from harness.planning.memory_theory import theory_per_rank
 
     peak = max(r.peak for r in theory_per_rank(small)) / 2**30
     over = run_job(config(pp=2, microbatches=4, memory_budget_gib=peak / 2), tmp_path / "over", "test", "over")

@@ -17,7 +17,7 @@ from harness.config import ConfigError, ModelConfig
 from harness.config import model_config as kind_config
 from harness.job import run_job
 from harness.model import MEMBERS, MODELS, Model, ModelError, get_model
-from harness.reference import reference_losses
+from harness.measure.reference import reference_losses
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_model.py"
@@ -207,7 +207,7 @@ def test_custom_module_target_resolves_from_the_current_directory(monkeypatch):
 
 def test_custom_model_refused_before_any_worker(config):
     """A bad target is a ConfigError from planning (what the CLI prints as one line)."""
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     with pytest.raises(ConfigError, match=r"^model\.target=no_such_module_xyz:build: cannot import"):
         make_plan(config(pp=2, **{"model.name": "custom", "model.target": "no_such_module_xyz:build"}))

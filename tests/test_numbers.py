@@ -10,7 +10,7 @@ import pytest
 
 from harness.config import ConfigError
 from harness.job import run_job
-from harness.plan import make_plan
+from harness.planning.plan import make_plan
 
 EMULATED = {"compute": "emulated", "cost.fwd_ms_per_layer": 10.0, "model.layers": 4}
 
@@ -89,9 +89,9 @@ def test_imbalance_dominates_the_h200_params_partition_replay(tmp_path, config):
 
 @pytest.mark.dist
 def test_real_compute_with_more_ranks_than_cores_is_flagged(tmp_path, config, monkeypatch):
-    import harness.plan
+    import harness.planning.plan
 
-    monkeypatch.setattr(harness.plan, "host_cores", lambda: 2)  # this machine's count, on any machine
+    monkeypatch.setattr(harness.planning.plan, "host_cores", lambda: 2)  # this machine's count, on any machine
     real = run_job(config(pp=4, microbatches=4, steps=1), tmp_path / "real", "test", "real")
     assert real.env.oversubscribed and (real.env.ranks_on_host, real.env.cores) == (4, 2)
     assert "oversubscribed: 4 busy ranks on 2 cores" in real.headline()
@@ -102,9 +102,9 @@ def test_real_compute_with_more_ranks_than_cores_is_flagged(tmp_path, config, mo
 
 
 def test_compute_auto_emulates_when_ranks_would_outnumber_cores(config, monkeypatch):
-    import harness.plan
+    import harness.planning.plan
 
-    monkeypatch.setattr(harness.plan, "host_cores", lambda: 2)
+    monkeypatch.setattr(harness.planning.plan, "host_cores", lambda: 2)
     crowded = make_plan(config(compute="auto", pp=4))
     assert crowded.config.compute == "emulated" and "4 ranks would share 2 cores" in crowded.notes[0]
     assert make_plan(config(compute="auto", pp=2)).config.compute == "real"
@@ -131,7 +131,7 @@ def test_the_peer_executors_constraints_come_from_torch_before_any_worker(config
 
 
 def test_theory_of_a_csv_schedule_is_its_built_in(config, tmp_path):
-    from harness.metrics import bubble_theory
+    from harness.measure.metrics import bubble_theory
     from harness.schedules.registry import build
     from harness.schedules.csv_io import write_csv
 

@@ -212,7 +212,7 @@ def test_plan_refuses_a_transport_that_would_deadlock_or_mismatch(config):
     rank) deadlocks 1F1B; eager with one tag mixes up zbv's messages on gloo; safe is chosen
     by default on NCCL and runs."""
     from harness.config import ConfigError
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     with pytest.raises(ConfigError) as err:
         make_plan(config(pp=2, microbatches=2, device="cuda", p2p="eager"), cuda_devices=2)

@@ -11,7 +11,7 @@ import pytest
 from harness.config import ConfigError
 from harness.model.partition import explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
-from harness.plan import make_plan
+from harness.planning.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = str(ROOT / "data" / "gpt2_h200_profile.json")

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config import ConfigError
 from harness.job import run_job
-from harness.plan import make_plan
+from harness.planning.plan import make_plan
 from harness.schedules.registry import build, chunks_per_rank
 from harness.schedules.csv_io import write_csv
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.job import run_job
-from harness.reference import reference_losses
+from harness.measure.reference import reference_losses
 
 pytestmark = pytest.mark.dist
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness.job import run_job
-from harness.reference import reference_losses
+from harness.measure.reference import reference_losses
 
 pytestmark = pytest.mark.dist
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 2e-3}
@@ -41,7 +41,7 @@ def test_losses_equal_the_reference_in_each_precision(tmp_path, config, dtype, o
 
 def test_bad_precision_and_optimizer_input_is_one_line(config):
     from harness.config import ConfigError
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     for overrides, expected in (({"dtype": "fp8"}, "dtype=fp8: unknown (allowed: fp32, bf16, fp16)"),
                                 ({"optimizer.name": "lion"}, "optimizer=lion: unknown (allowed: sgd, adamw)"),

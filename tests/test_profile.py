@@ -27,7 +27,7 @@ from harness.job import run_job  # noqa: E402
 from harness.model import get_model  # noqa: E402
 from harness.model.profile_data import ProfileError, load_profile  # noqa: E402
 from harness.model.built import BuiltModel  # noqa: E402
-from harness.plan import make_plan  # noqa: E402
+from harness.planning.plan import make_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = json.loads((ROOT / "data" / "gpt2_h200_profile.json").read_text())

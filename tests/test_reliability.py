@@ -154,7 +154,7 @@ def test_a_signal_whose_raise_was_lost_is_honoured_at_the_next_boundary():
     the handler remembers the signal, and every phase boundary raises it again."""
     import signal as sig
 
-    from harness import signals
+    from harness.frontend import signals
 
     before = {s: sig.getsignal(s) for s in (sig.SIGINT, sig.SIGTERM)}
     try:

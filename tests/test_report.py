@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.result import Bubble, Env, Memory, Metrics, Result
+from harness.records.result import Bubble, Env, Memory, Metrics, Result
 from harness.report.build import build_report
 from harness.report.figures import provenance
 from harness.report.load import load_sweep

@@ -21,7 +21,7 @@ from harness.report.__main__ import main
 from harness.report.build import build_report, problems
 from harness.report.load import MISSING, load_sweep, newest_sweep
 from harness.report.tables import row, summary, write_csv
-from harness.result import RecordError, read
+from harness.records.result import RecordError, read
 from tests.test_report import fake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +207,7 @@ def test_read_never_opens_a_fifo_nor_a_directory(bad_sweep):
 
 
 def test_resume_reads_a_fifo_as_not_ok(bad_sweep):
-    from harness.app import resume_skips
+    from harness.frontend.app import resume_skips
     from harness.config import Config
 
     asked = OmegaConf.structured(Config)
@@ -216,7 +216,7 @@ def test_resume_reads_a_fifo_as_not_ok(bad_sweep):
 
 
 def test_the_sweep_summary_counts_missing_and_corrupt_without_blocking(bad_sweep, capsys):
-    from harness.callbacks import SweepSummary
+    from harness.frontend.callbacks import SweepSummary
 
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(bad_sweep)}}})
     with pytest.raises(SystemExit) as exit_:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.result import SCHEMA_VERSION, RecordError, Result, read
+from harness.records.result import SCHEMA_VERSION, RecordError, Result, read
 from tests.test_report import fake
 
 

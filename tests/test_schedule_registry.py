@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness import theory
+from harness.planning import theory
 from harness.config import ConfigError
 from harness.job import run_job
-from harness.plan import make_plan
-from harness.reference import reference_losses
+from harness.planning.plan import make_plan
+from harness.measure.reference import reference_losses
 from harness.report.build import build_report
 from harness.report.load import load_sweep
 from harness.schedules.registry import SCHEDULES, build, built_in, register, unregister

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import theory
+from harness.planning import theory
 from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.ir import Action, Kind
 from harness.schedules.validate import ScheduleError, validate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import theory
+from harness.planning import theory
 from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.csv_io import from_csv, read_csv, to_csv, write_csv
 from harness.schedules.export import main as export_main

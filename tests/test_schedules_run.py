@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.job import run_job
-from harness.reference import reference_losses
+from harness.measure.reference import reference_losses
 from harness.schedules.registry import requirements
 
 pytestmark = pytest.mark.dist

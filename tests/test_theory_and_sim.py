@@ -6,13 +6,13 @@ import statistics
 
 import pytest
 
-from harness import theory
-from harness.metrics import bubble_per_rank
+from harness.planning import theory
+from harness.measure.metrics import bubble_per_rank
 from harness.schedules.registry import built_in, build, chunks_per_rank, requirements
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import Deadlock, simulate
-from harness.trace import COMPUTE, Event
+from harness.measure.trace import COMPUTE, Event
 
 
 def test_headline_figures():

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from harness import theory
-from harness.metrics import bubble_per_rank
+from harness.planning import theory
+from harness.measure.metrics import bubble_per_rank
 from harness.schedules.registry import built_in, build, requirements
 from harness.schedules.csv_io import from_csv, to_csv
 from harness.schedules.ir import Action, Kind

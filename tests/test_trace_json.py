@@ -20,13 +20,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.execution import RankReport
-from harness.record import (STEP_PAD_US, messages, peaks_per_step, read_trace, read_trace_meta, wall_clock_origin,
+from harness.measure.execution import RankReport
+from harness.records.record import (STEP_PAD_US, messages, peaks_per_step, read_trace, read_trace_meta, wall_clock_origin,
                             write_trace_json)
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
-from harness.trace import COMM, COMPUTE, WAIT, Event
+from harness.measure.trace import COMM, COMPUTE, WAIT, Event
 
 METADATA = {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
 PHASES = set("BEXiIC") | set("bne") | set("stf") | set("PONDM") | {"R"}

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from wandb.proto import wandb_internal_pb2 as pb
 
-from harness import wandb_log
+from harness.records import wandb_log
 from tests.test_trace_json import check_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ def assert_per_step_history(recs: list, result: dict, job: Path) -> None:
 DRIVER = """
 import json, sys, time
 from pathlib import Path
-import harness.wandb_log as wl
+import harness.records.wandb_log as wl
 
 inner, spent = wl.log_wandb, []
 
@@ -394,8 +394,8 @@ def test_log_wandb_never_raises_and_restores_the_environment(monkeypatch, tmp_pa
 def test_history_rows_per_step_from_the_record_and_the_trace(tmp_path):
     """What log_wandb logs per step, from a record alone (executor=sim's shape: one simulated
     step repeated, no loss, no memory metered) and with trace.json's per-step peaks."""
-    from harness.record import write_trace_json
-    from harness.trace import COMPUTE, Event
+    from harness.records.record import write_trace_json
+    from harness.measure.trace import COMPUTE, Event
 
     metrics = {"step_time_s": 0.5, "step_times_s": [0.5, 0.4, 0.625], "throughput_samples_s": 16.0,
                "throughput_tokens_s": 16.0 * 128, "losses": [2.0, 1.5, 1.25, 1.0],

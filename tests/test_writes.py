@@ -107,7 +107,7 @@ def test_an_invalid_run_writes_nothing_and_replaces_no_record(tmp_path, run_harn
     (str(ROOT / "tests" / "x"), "tracked by git"), (str(ROOT.parent), "the harness's source"),
 ])
 def test_an_unsafe_directory_is_no_place_for_records(tmp_path, where, said):
-    from harness.locks import unsafe_dir
+    from harness.records.locks import unsafe_dir
 
     assert said in unsafe_dir(where, str(tmp_path))
     assert unsafe_dir("runs/x", str(tmp_path)) is None and unsafe_dir(str(ROOT / "runs" / "x"), str(tmp_path)) is None
@@ -142,7 +142,7 @@ def test_copy_as_refuses_a_report_it_did_not_write(tmp_path, capsys):
 
 def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_overrides(tmp_path, run_harness,
                                                                                      monkeypatch):
-    from harness import record
+    from harness.records import record
     from harness.report.load import load_sweep
 
     model = tmp_path / "m.py"
@@ -225,7 +225,8 @@ def test_a_full_disk_under_hydras_own_writes_is_named_too(tmp_path, run_harness,
 
 
 def test_a_job_whose_records_find_no_space_at_all_fails_without_raising(tmp_path, monkeypatch, config):
-    from harness import job, record
+    from harness import job
+    from harness.records import record
 
     write = record.write_atomic
 

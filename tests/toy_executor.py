@@ -12,7 +12,7 @@ from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.registry import Executor, register
 from harness.runtime.transport import GroupTransport, Message, Routes
 from harness.schedules.ir import Kind
-from harness.trace import COMPUTE
+from harness.measure.trace import COMPUTE
 
 
 class ToyRunner:

@@ -3,8 +3,8 @@
 `python -m harness.advise` searches schedule x pp x dp x M (B from the global batch) x v x
 checkpointing x ZeRO x placement for one model on one cluster (`cluster=`, a Hydra group in
 harness/conf/cluster/). Each point is a harness Config: kept if the harness's own validation
-accepts it (harness/checks.py), predicted as `python -m harness executor=sim` would (the plan,
-priced by harness/simulate/pricing.py, the one simulator, harness/memory_theory.py). What fits
+accepts it (harness/planning/checks.py), predicted as `python -m harness executor=sim` would (the plan,
+priced by harness/simulate/pricing.py, the one simulator, harness/planning/memory_theory.py). What fits
 is ranked by predicted throughput and written as advice.json, advice.md and advice.html (one
 page), a figure, and the commands that run the top points for real, and that reproduce each
 prediction.

@@ -3,7 +3,7 @@ priced costs, each part the step from one variant to the next, so the parts add 
 point's predicted bubble exactly (the last variant is the point itself):
 
   schedule ideal   equal stages (each the mean of the point's F, B, I, W), free links: the
-                   schedule's own fill and drain (harness/theory.py's closed form says the same)
+                   schedule's own fill and drain (harness/planning/theory.py's closed form says the same)
   uneven stages    the point's own stage costs, free links (CostModel.without_comm)
   hops             + the point-to-point messages (and any send/receive overhead), no all-reduce
   dp all-reduce    + each stage's gradient all-reduce once its gradients are complete (in its
@@ -18,8 +18,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from harness import theory
-from harness.plan import Plan, make_plan
+from harness.planning import theory
+from harness.planning.plan import Plan, make_plan
 from harness.schedules.registry import SCHEDULES
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
@@ -38,7 +38,7 @@ class Part:
 class Explained:
     bubble: float  # the point's bubble, as the search predicted it
     parts: tuple[Part, ...]  # sum to `bubble`
-    theory: float | None  # harness/theory.py's bubble for the schedule in the point's cost ratios
+    theory: float | None  # harness/planning/theory.py's bubble for the schedule in the point's cost ratios
 
     def line(self) -> str:
         """`bubble 10.7% = 2.7% schedule ideal + 7.4% uneven stages + ...`"""

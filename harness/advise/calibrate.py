@@ -178,9 +178,9 @@ def measure_executor(tmp: Path, repeats: int = 2, log=print) -> dict:
 def executor_job(name: str, pp: int, dp: int, m: int, b: int, d: Path) -> dict:
     """One of the stand-in's emulated jobs: what the executor added to it (per action over the
     modeled cost, posting a send, quick receives, the measured hop, DDP sync) and its step."""
-    from harness.compose import compose_config
+    from harness.frontend.compose import compose_config
     from harness.job import run_job
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     c = compose_config([*STAND_IN, f"schedule={name}", f"pp={pp}", f"dp={dp}", f"microbatches={m}",
                         f"microbatch_size={b}", "steps=4", "warmup_steps=1"])
@@ -245,7 +245,7 @@ def step_medians(trace_path: Path, warmup: int, stage: int) -> dict[str, float]:
     the mean of its others ("B_rest"). The first backward of a step creates each parameter's
     .grad; every later one reads and rewrites it (7-9 ms more here at 8 x 4 MiB of weights:
     10.9 against 18.3 ms at B=8), so a step's mean B depends on its M."""
-    from harness.record import read_trace
+    from harness.records.record import read_trace
 
     steps: dict[int, list] = {}
     for e in read_trace(trace_path):
@@ -266,7 +266,7 @@ def real_scales(profile: Path, pp: int, microbatches: int, b: int, work: Path, s
     `profile`: its stages' F and B in a typical step over the profile's layers (the medians
     over stages): how much slower an action runs with `pp` ranks on the host than alone."""
     from harness.job import run_job
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     layer = json.loads(profile.read_text())["layers"]
     c = _config(pp=pp, dp=1, microbatches=microbatches, microbatch_size=b, compute="real", steps=steps,
@@ -340,7 +340,7 @@ def here_cluster(comm: dict, membw: float, tables: dict, raw: dict) -> dict:
     """The cluster=here description (a dict, as here.yaml holds it)."""
     import torch
 
-    from harness.plan import host_cores
+    from harness.planning.plan import host_cores
 
     lat, bw = fit_line(comm["p2p"])
     ar2, ar_bw = fit_line(comm["allreduce"])  # n = 2: t = 2 a + bytes / bw
@@ -373,7 +373,7 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
     cost of a receive (each action whose input comes from another rank pays it; a waiting
     consumer's hop is the measured one, so the rest of a hop is it less send and receive) and
     the per-step constant, by least squares of the relative error over that world's jobs."""
-    from harness.compose import cluster_from_dict, config_from_dict
+    from harness.frontend.compose import cluster_from_dict, config_from_dict
 
     from .search import predict
 

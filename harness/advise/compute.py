@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from harness.devices import lookup
+from harness.planning.devices import lookup
 from harness.model.profile_data import load_profile, read_profile
 
 from .problem import shown
@@ -46,7 +46,7 @@ def compute_summary(p: Problem, best: Prediction | None) -> dict:
     out = {"source": "derived" if derived else "measured", "profile": shown(c.profile), "device": gpu or None,
            "microbatch_size": b, "efficiency": efficiency, "note": note}
     if device is None:
-        out["efficiency_note"] = f"cluster.gpu={gpu!r}: not in harness/devices.py: no peak to divide by"
+        out["efficiency_note"] = f"cluster.gpu={gpu!r}: not in harness/planning/devices.py: no peak to divide by"
     if derived and "compute_model" in derivation:
         cm = derivation["compute_model"]
         out["fit"] = {"source": derivation.get("source"), "sustained": cm.get("sustained"),

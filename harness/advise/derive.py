@@ -3,10 +3,10 @@ one-block profile (embedding, ONE decoder block, LM head) of a 70B-class Llama i
 NVIDIA H200, DERIVED, not measured: no GPU ran it. It is the FALLBACK: a one-block measurement
 (`python -m harness.profile ... device=cuda --blocks 1`, what `make gpu-check` runs) replaces it.
 
-Each time is the compute model's (harness/compute_model.py) fitted on the measured GPT-2 small
+Each time is the compute model's (harness/planning/compute_model.py) fitted on the measured GPT-2 small
 H200 bf16 profile (data/gpt2_h200_profile.json), per layer kind and direction:
 seconds = max(floor, FLOPs / (sustained x peak) + bytes x seconds per byte), with the H200's
-dense peak and bandwidth from harness/devices.py and the 70B layer's analytic FLOPs
+dense peak and bandwidth from harness/planning/devices.py and the 70B layer's analytic FLOPs
 (HFModel.fwd_flops, the formula the profiler writes). So a 70B block's GEMMs run at the
 sustained share of peak, its backward at twice its forward's FLOPs; the head's loss over fp32
 logits and the embedding's table gradient are priced per byte as GPT-2's measured; what was a
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from harness.compute_model import DIRECTIONS, Dims, fit, leave_one_out, work
+from harness.planning.compute_model import DIRECTIONS, Dims, fit, leave_one_out, work
 from harness.config import DTYPE_BYTES, model_config
-from harness.devices import lookup
-from harness.precision import DTYPES
-from harness.safe_io import read_bytes
+from harness.planning.devices import lookup
+from harness.runtime.precision import DTYPES
+from harness.records.safe_io import read_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "data" / "gpt2_h200_profile.json"
@@ -53,7 +53,7 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     measured = _profile_json(source, "--source")
     device = lookup(measured["device"])
     if device is None:
-        raise ValueError(f"{source}: device {measured['device']!r} is not in harness/devices.py")
+        raise ValueError(f"{source}: device {measured['device']!r} is not in harness/planning/devices.py")
     nbytes = DTYPE_BYTES[DTYPE]
     shown = str(source.relative_to(ROOT)) if source.is_relative_to(ROOT) else str(source)
     cm = fit(measured, device, DTYPE, nbytes, shown, sustained=sustained)
@@ -86,7 +86,7 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
             "compute_model": cm.to_json(),
             "leave_one_out": leave_one_out(measured, device, DTYPE, nbytes),
             "efficiency": efficiency,
-            "method": ("each layer kind's forward and backward seconds from harness/compute_model.py fitted on the "
+            "method": ("each layer kind's forward and backward seconds from harness/planning/compute_model.py fitted on the "
                        f"measured {shown} ({measured['device']}, {measured['dtype']}): max(floor, FLOPs / "
                        f"({device.sustained if sustained is None else sustained:.0%} of the dense peak) + bytes x "
                        "fitted seconds per byte), at the 70B layer's analytic FLOPs (HFModel.fwd_flops) and bytes"),
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "llama70b_h200_derived_block_profile.json")
     ap.add_argument("--source", type=Path, default=SOURCE)
     ap.add_argument("--sustained", type=float, default=None,
-                    help="share of the dense peak large GEMMs sustain (default: harness/devices.py's, sourced)")
+                    help="share of the dense peak large GEMMs sustain (default: harness/planning/devices.py's, sourced)")
     ap.add_argument("--compare", type=Path, default=None, metavar="MEASURED",
                     help="print the derived times over a measured one-block profile's (python -m harness.profile "
                          "... --blocks 1) instead of writing")

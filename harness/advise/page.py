@@ -111,7 +111,7 @@ def _recommended(p: Problem, r: Result, best: dict) -> Text:
 
 
 def bubble_blocks(e: Explained) -> list[Block]:
-    said = (f" harness/theory.py's bubble for the schedule on equal stages in these costs: {e.theory:.2%}."
+    said = (f" harness/planning/theory.py's bubble for the schedule on equal stages in these costs: {e.theory:.2%}."
             if e.theory is not None else "")
     return [Heading(f"Why the recommended point's bubble is {e.bubble:.1%}"), Text(e.line()),
             Items([f"**{q.bubble:.2%} {q.name}**: {q.why}" for q in e.parts]),

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from harness.compose import compose_config
+from harness.frontend.compose import compose_config
 from harness.config import ConfigError, PartitionConfig, check_cluster
 from harness.model.built import built_model
 from harness.model.profile_data import ProfileError, profile_model, read_profile
-from harness.precision import DTYPES
+from harness.runtime.precision import DTYPES
 
 from .search import AdviseError, Problem, with_model
 

@@ -51,14 +51,14 @@ def assumptions(p: Problem, r: Result | None = None) -> list[str]:
         + (" (not under compute=emulated: the replay holds B to its modeled cost)" if c.compute == "emulated" else ""),
         "stages: partition=profile (min-max of F + B per layer at B)" if profiled
         else f"stages: partition={c.partition.name}",
-        f"memory: harness/memory_theory.py (params, grads in {c.dtype}; optimizer {c.optimizer.name}"
+        f"memory: harness/planning/memory_theory.py (params, grads in {c.dtype}; optimizer {c.optimizer.name}"
         + (" with fp32 masters" if c.dtype != "fp32" else "")
         + "; activations traced per layer"
         + (" on fake tensors (kernels as the CPU's math picks them, not measured on the device)"
            if cl.device != "cpu" else "") + ")",
         "only points the harness can run: each is a harness config, kept only if the harness's own validation "
-        "(harness/checks.py) accepts it; its prediction is python -m harness executor=sim on it (the plan, "
-        "harness/simulate/pricing.py, the simulator, harness/memory_theory.py)",
+        "(harness/planning/checks.py) accepts it; its prediction is python -m harness executor=sim on it (the plan, "
+        "harness/simulate/pricing.py, the simulator, harness/planning/memory_theory.py)",
         "placement (the harness's `placement=` key): pp_inner puts a pipeline on consecutive GPUs (its "
         "messages inside a node, data-parallel all-reduces across nodes), dp_inner a stage's replicas "
         "(all-reduces inside a node, pipeline messages across)",

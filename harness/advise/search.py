@@ -4,11 +4,11 @@ GPU, what fits, ranked.
 
 A point is the problem's config (executor=sim, the cluster, the model, dtype, optimizer,
 profile) with the point's keys set. Whether the harness can run it is the harness's own
-validation (harness/checks.py: a schedule's requirements, more stages than layers, split
+validation (harness/planning/checks.py: a schedule's requirements, more stages than layers, split
 backwards with dp > 1, ZeRO-1 without replicas, too many actions...); what it predicts is
-`python -m harness executor=sim cluster=<preset>` on that config: the plan (harness/plan.py),
+`python -m harness executor=sim cluster=<preset>` on that config: the plan (harness/planning/plan.py),
 priced by harness/simulate/pricing.py, timed by the one simulator (harness/simulate/engine.py),
-its memory by harness/memory_theory.py. So a printed point's overrides, run with executor=sim,
+its memory by harness/planning/memory_theory.py. So a printed point's overrides, run with executor=sim,
 reproduce its prediction exactly (tests/test_advise.py).
 
 Two choices of the search's own, not of validity: at pp=1 only 1f1b (one stage has nothing to
@@ -47,14 +47,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from harness.checks import check_stages, validate
+from harness.planning.checks import check_stages, validate
 from harness.config import (DTYPE_BYTES, PLACEMENTS, AutoScheduleConfig, Config, ConfigError,
                             planned_microbatch_size, set_keys)
-from harness.flops import flops_of
-from harness.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
+from harness.planning.flops import flops_of
+from harness.planning.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
 from harness.model.built import BuiltModel
-from harness.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
-from harness.result import Flops
+from harness.planning.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
+from harness.records.result import Flops
 from harness.schedules.auto import limit_of
 from harness.schedules.ir import Action, Kind
 from harness.schedules.registry import SCHEDULES, built_in, chunks_per_rank
@@ -344,7 +344,7 @@ MEMORY_LIMITS_ALLOWED = ("allowed: numbers > 0, zb_auto's schedule.memory_limit 
 
 def holding(p: Problem, c: Config, held: int) -> RankBytes:
     """The fullest GPU of zb_auto at `c` when a rank may hold `held` microbatches (from F to W): the
-    memory theory's bytes (harness/memory_theory.py: parameters, gradients live, optimizer state and
+    memory theory's bytes (harness/planning/memory_theory.py: parameters, gradients live, optimizer state and
     ZeRO shard, a checkpointed backward's recompute) of the most any order within that count can
     hold on one stage per rank: `held` whole, or any mix of whole and deferred ones (between I and
     W, what the deferred W keeps). No order is generated."""

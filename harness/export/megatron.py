@@ -19,7 +19,7 @@ from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
 
 COMMIT = "d98e8a64ddf3 (2026-08-22)"  # NVIDIA/Megatron-LM, the parser these flags are checked against
 LLAMA_LIKE = ("llama", "mistral", "qwen2")  # RMSNorm, SwiGLU, rotary positions, no linear biases
-FP16_LOSS_SCALE = "1024"  # the harness's fixed fp16 loss scale (harness/precision.py)
+FP16_LOSS_SCALE = "1024"  # the harness's fixed fp16 loss scale (harness/runtime/precision.py)
 
 
 def render(p: Point) -> Script:

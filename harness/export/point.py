@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.compose import compose_config
+from harness.frontend.compose import compose_config
 from harness.config import Config, ConfigError
-from harness.record import RESULT
-from harness.result import RecordError, read
-from harness.safe_io import FileRefused, read_bytes
+from harness.records.record import RESULT
+from harness.records.result import RecordError, read
+from harness.records.safe_io import FileRefused, read_bytes
 from harness.schedules.ir import Schedule
 from harness.schedules.registry import V_SHAPE, build, spec
 

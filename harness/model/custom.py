@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.model.protocol import ModelError, check_model
-from harness.safe_io import FileRefused, read_bytes
+from harness.records.safe_io import FileRefused, read_bytes
 
 if TYPE_CHECKING:
     from harness.config import ModelConfig

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.safe_io import FileRefused, check, read_text
+from harness.records.safe_io import FileRefused, check, read_text
 
 
 MAX_LAYER_S = 86_400  # a layer's measured forward or backward: no measurement takes a day

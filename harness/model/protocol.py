@@ -2,7 +2,7 @@
 
 A model is a stack of `num_layers` partitionable layers; any contiguous run of them is a
 pipeline stage. The executors, the partitioners, the profiler and the single-process
-reference use only these members (harness/plan.py, reference.py, profile.py,
+reference use only these members (harness/planning/plan.py, reference.py, profile.py,
 runtime/native.py, runtime/peer.py). `LayerStack` (stack.py) implements the generic ones;
 a model written outside this package may implement them all itself, no base class needed
 (examples/my_model.py).

@@ -12,10 +12,10 @@ import stat
 import sys
 from pathlib import Path
 
-from harness.record import RESULT
+from harness.records.record import RESULT
 from harness.report.build import build_report
 from harness.report.load import load_sweep, newest_sweep, status_of
-from harness.safe_io import read_text
+from harness.records.safe_io import read_text
 
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -105,7 +105,7 @@ def replace_copy(report: Path, target: Path) -> list[str]:
     for f in new:
         (target / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(report / f, target / f)
-    from harness.record import write_json_atomic
+    from harness.records.record import write_json_atomic
 
     write_json_atomic(target / MARKER, {"written_by": "python -m harness.report --copy-as", "source": str(report),
                                         "files": new})

@@ -1,6 +1,6 @@
 """Why is my bubble bigger than theory? The measured bubble of each run split into its
 schedule's own fill and drain, stage imbalance, communication and runtime overhead
-(harness.metrics.attribution: each part the step from one model to the next)."""
+(harness.measure.metrics.attribution: each part the step from one model to the next)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from harness import theory
+from harness.planning import theory
 from harness.report.figures import Figure, log2_x, save, schedule_colors
 from harness.report.runs import ok, run_ids, schedule_label, setting
 

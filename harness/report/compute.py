@@ -1,5 +1,5 @@
 """Compute throughput per device: achieved TFLOP/s (model FLOPs) against the microbatch size
-B, and MFU where the device's peak is known (harness/flops.py). Only runs whose times a device
+B, and MFU where the device's peak is known (harness/planning/flops.py). Only runs whose times a device
 made (compute=real, or executor=sim priced for a named GPU): an emulated run's times are what
 was set, so its TFLOP/s says nothing about a device."""
 
@@ -26,7 +26,7 @@ def compute_rate(runs: list[dict], out: Path) -> Figure:
     fig_ = Figure("Compute throughput per device",
                   "Achieved TFLOP/s per device (model FLOPs: 3 x forward per microbatch, x M x dp, over the median "
                   "step and pp x dp devices) against the microbatch size B (left), and MFU (the share of the device's "
-                  "dense peak, harness/devices.py) where the peak is known (right; HFU dotted: with checkpointing's "
+                  "dense peak, harness/planning/devices.py) where the peak is known (right; HFU dotted: with checkpointing's "
                   "recompute). Larger microbatches keep each op busier; the bubble and communication take the rest. "
                   "Runs with compute=emulated are left out: their times are what was set.", runs)
     shown = [r for r in runs if _by_device(r)]

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness import theory  # noqa: E402
+from harness.planning import theory  # noqa: E402
 from harness.report.runs import ok, run_ids, schedule_label  # noqa: E402
 from harness.schedules.registry import SCHEDULES  # noqa: E402
 

@@ -7,14 +7,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.gantt import plot_gantt
-from harness.record import GANTT, TRACE
+from harness.records.gantt import plot_gantt
+from harness.records.record import GANTT, TRACE
 from harness.report.figures import schedule_order
 from harness.report.runs import ok, schedule_label
-from harness.result import PlanRecord
-from harness.safe_io import FileRefused, copy, read_bytes
+from harness.records.result import PlanRecord
+from harness.records.safe_io import FileRefused, copy, read_bytes
 from harness.simulate.engine import simulate
-from harness.trace import Event, Trace
+from harness.measure.trace import Event, Trace
 
 
 @dataclass

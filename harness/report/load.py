@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config import Config
-from harness.record import RESULT
-from harness.result import RecordError, Result, _value, read
+from harness.records.record import RESULT
+from harness.records.result import RecordError, Result, _value, read
 
 # What a record's config (a free dict in the schema) must hold to be reported, as dotted keys.
 CONFIG_KEYS = ("schedule.name", "pp", "microbatches", "microbatch_size", "compute", "executor", "partition.name",
@@ -198,7 +198,7 @@ def load_sweep(path: Path) -> Sweep:
 def _newest_per_point(sweep: Sweep, missing: list[Path]) -> None:
     """One record per point: the others (`superseded`) move from runs (and corrupt's missing) to
     sweep.superseded."""
-    from harness.record import point_of, started_at
+    from harness.records.record import point_of, started_at
 
     entries = [(r["_dir"], point_of(r, sweep.path / r["_dir"]), started_at(r, sweep.path / r["_dir"] / RESULT), True)
                for r in sweep.runs]

@@ -115,7 +115,7 @@ def memory_breakdown(runs: list[dict], out: Path) -> Figure:
     fig_ = Figure("Every byte of every rank",
                   "Per global rank: parameters, gradients, optimizer state and activations held for backward, "
                   "stacked; left bar measured (tensors accounted, each storage once), right bar theory "
-                  "(harness/memory_theory.py). Black ticks: the transient peak (measured, theory dashed). Red "
+                  "(harness/planning/memory_theory.py). Black ticks: the transient peak (measured, theory dashed). Red "
                   "line: memory_budget_gib. Up to six runs, at the sweep's largest M.", [])
     if not runs:
         fig_.missing.append("no run with a memory breakdown (records from before it existed)")

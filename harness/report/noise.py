@@ -1,14 +1,14 @@
 """Which differences between schedules are within the noise: per setting (everything but the
 schedule and the repeat label alike), each schedule's step time and bubble with a 95% interval,
 and whether it is told apart from the fastest one. With repeats (`repeats=N`, or `repeat=` swept)
-the interval is over the repeats' means (harness/intervals.py, a bootstrap of the mean); with
+the interval is over the repeats' means (harness/measure/intervals.py, a bootstrap of the mean); with
 one run per point, over that run's measured steps (metrics.intervals)."""
 
 from __future__ import annotations
 
 from statistics import fmean
 
-from harness.intervals import interval, overlap
+from harness.measure.intervals import interval, overlap
 from harness.report.doc import Block, Heading, Items, Table, Text
 from harness.report.runs import ok, run_ids, schedule_label
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from harness.report.doc import Block, Table, Text
-from harness.record import RESULT
+from harness.records.record import RESULT
 from harness.report.load import Sweep, status_of
 from harness.report.runs import dim, run_id, schedule_label
 

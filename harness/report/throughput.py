@@ -7,7 +7,7 @@ from statistics import fmean
 
 import matplotlib.pyplot as plt
 
-from harness.intervals import interval
+from harness.measure.intervals import interval
 from harness.report.figures import Figure, log2_x, save, say
 from harness.report.runs import dim, mode, ok, run_ids, series, varying
 

@@ -16,7 +16,7 @@ Cristian's method would keep); its middle is the offset, half its width the unce
 rounds where they are fast, more (up to 64, or 50 ms) on a busy host until one is. Ranks sharing
 rank 0's clock measure nothing: their offset is 0 exactly (ranks forked here skip even the
 all-gather that finds them, unless a skew is injected).
-harness/execution.py's `from_reports` puts every event on rank 0's timeline. Not corrected:
+harness/measure/execution.py's `from_reports` puts every event on rank 0's timeline. Not corrected:
 drift during the run (two hosts' CLOCK_MONOTONIC rates differ by what NTP leaves, typically a
 few ppm: a few us for each second after the estimate).
 
@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.distributed as dist
 
-from harness.execution import ClockEstimate
+from harness.measure.execution import ClockEstimate
 
 # ping-pongs per rank off rank 0's clock (~0.1-0.3 ms each on gloo loopback): at least MIN_ROUNDS,
 # then until the offset is known to GOOD_NS, or MAX_ROUNDS, or BUDGET_NS after the rank's first

@@ -19,7 +19,7 @@ What they change from hydra-submitit-launcher's:
   directory, removed afterwards: nothing of theirs lands in the sweep.
 - **Progress reaches the console**: jobs run in other processes whose output goes to submitit's
   log files (<sweep dir>/.submitit/<job id>/), so the launching side tells the Progress callback
-  (harness/callbacks.py) of each job it starts and of each that comes back, with the headline of
+  (harness/frontend/callbacks.py) of each job it starts and of each that comes back, with the headline of
   its result.json; every job also appends its headline to <sweep dir>/sweep.log.
 - Each job's config is composed here, on the launching side, and sent whole: the worker gets no
   config loader to pickle (harness's composer holds every checked point).
@@ -151,7 +151,7 @@ def world_cuda_devices(local: int, environ: Mapping[str, str] = os.environ) -> i
 
 
 def point_resources(cfg: DictConfig) -> Resources | None:
-    """For planning a sweep point on the launching side (harness/sweeper.py): what its SLURM
+    """For planning a sweep point on the launching side (harness/frontend/sweeper.py): what its SLURM
     allocation gives it (nodes, tasks and GPUs per node) under hydra/launcher=slurm or
     submitit_slurm, or None where its jobs run on this machine. A login node without GPUs then
     plans device=cuda points as they will run."""
@@ -193,7 +193,7 @@ class SubmititJob:
         if env.num_tasks > 1:
             os.environ.update(rank_env(env.global_rank, env.local_rank, env.num_tasks, env.num_nodes,
                                        env.hostnames, env.job_id))
-            if env.global_rank != 0:  # as under torchrun (harness.cli.torchrun_overrides): no records, no logs
+            if env.global_rank != 0:  # as under torchrun (harness.frontend.cli.torchrun_overrides): no records, no logs
                 scratch = tempfile.mkdtemp(prefix=f"harness-{env.job_id}-rank{env.global_rank}-")
                 with read_write(cfg.hydra), open_dict(cfg.hydra):
                     cfg.hydra.sweep.dir = scratch
@@ -439,7 +439,7 @@ class _Quiet:
 
 
 def _progress(context: HydraContext) -> Any:
-    """The sweep's Progress callback (harness/callbacks.py), or one that says nothing."""
+    """The sweep's Progress callback (harness/frontend/callbacks.py), or one that says nothing."""
     for cb in getattr(context.callbacks, "callbacks", []):
         if hasattr(cb, "job_submitted") and hasattr(cb, "job_returned"):
             return cb

@@ -25,7 +25,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from harness import compat
+from harness.runtime import compat
 from harness.runtime.emulate import Emulator
 from harness.runtime.tracer import Tracer
 

@@ -16,10 +16,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from harness.config import ConfigError
-from harness.plan import Plan
+from harness.planning.plan import Plan
 from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.runtime.groups import Layout
-from harness.execution import RankReport
+from harness.measure.execution import RankReport
 from harness.runtime.loop import one_line, pooled_worker_main, run_rank, worker_main
 
 
@@ -117,7 +117,7 @@ _SHARED: ContextVar[RankPool | None] = ContextVar("harness_rank_pool", default=N
 
 @contextmanager
 def sharing(pool: RankPool | None) -> Iterator[None]:
-    """Jobs run in this context share `pool`'s rank processes (a sweep's, harness/sweeper.py);
+    """Jobs run in this context share `pool`'s rank processes (a sweep's, harness/frontend/sweeper.py);
     its processes end when the context does."""
     token = _SHARED.set(pool)
     try:

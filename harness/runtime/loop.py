@@ -23,16 +23,16 @@ import torch
 import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); the forkserver pays once
 import torch.distributed as dist
 
-from harness.optimizer import Optimizer
-from harness.plan import Plan
-from harness.precision import Precision
+from harness.runtime.optimizer import Optimizer
+from harness.planning.plan import Plan
+from harness.runtime.precision import Precision
 from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
 from harness.runtime.orphans import die_with_parent
-from harness.execution import RankReport
+from harness.measure.execution import RankReport
 from harness.runtime.clock import estimate_offset, same_clock, skew_ns
 from harness.runtime.tracer import Tracer, clock_for
-from harness.trace import COMPUTE
+from harness.measure.trace import COMPUTE
 
 
 @dataclass(frozen=True)

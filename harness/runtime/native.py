@@ -22,13 +22,13 @@ from harness.model.checkpoint import CheckpointedStage
 from harness.model.split_linear import WeightGradStore, attach_store
 from harness.runtime.emulate import Emulator
 from harness.runtime.grad_sync import GradSync
-from harness.memory_theory import stage_activations
-from harness.precision import Precision
+from harness.planning.memory_theory import stage_activations
+from harness.runtime.precision import Precision
 from harness.runtime.loop import RankContext, StepMemory, named_gradients, storage_bytes
 from harness.runtime.memory import MemoryMeter
 from harness.runtime.transport import GroupTransport, Message, Routes, edge_groups
 from harness.schedules.ir import Action, Kind
-from harness.trace import COMM, COMPUTE
+from harness.measure.trace import COMM, COMPUTE
 
 
 class NativeRunner:
@@ -73,7 +73,7 @@ class NativeRunner:
         self.last_grad = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I, Kind.W)}
         self.microbatch_bytes: list[int] = []
         # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
-        # where the meter cannot see; accounted from the model's graph (harness/memory_theory.py)
+        # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
         self.recompute = 0
         if c.checkpointing:
             acts = stage_activations(plan.memory(), c, plan.stage_layers)

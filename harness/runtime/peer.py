@@ -34,17 +34,17 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as torch_schedules
 
-from harness import compat
+from harness.runtime import compat
 from harness.model.checkpoint import CheckpointedStage
-from harness.plan import Plan
-from harness.precision import Precision
+from harness.planning.plan import Plan
+from harness.runtime.precision import Precision
 from harness.runtime.emulate import Emulator
 from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.tracer import Tracer
 from harness.schedules.csv_io import write_csv
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.schedules.registry import SCHEDULES, spec
-from harness.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
+from harness.measure.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
 
 
 @contextmanager

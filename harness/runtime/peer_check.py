@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from torch import nn
 
-from harness import compat
+from harness.runtime import compat
 from harness.runtime.peer import as_csv, torch_class
 from harness.schedules.registry import build, spec
 from harness.schedules.csv_io import read_csv

@@ -1,4 +1,4 @@
-"""Executors by name, with what each supports: validation (harness/checks.py) reads this
+"""Executors by name, with what each supports: validation (harness/planning/checks.py) reads this
 registry and job.execute is a lookup. A new executor is one module (a runner, or a whole `run`)
 plus one entry here, or one `register(...)` call from anywhere (tests/test_executor_registry.py).
 
@@ -30,7 +30,7 @@ class Executor:
     faults: tuple[str, ...] = ("raise", "kill", "hang", "term")  # test-only fault kinds it honours
     devices: tuple[str, ...] = ("cpu", "cuda")
     simulated: bool = False  # its timings come from the simulator, not from clocks
-    # whether a config makes it reach into torch internals (harness/compat.py guards the version)
+    # whether a config makes it reach into torch internals (harness/runtime/compat.py guards the version)
     private_torch: Callable[[Any], bool] = lambda c: False
     check: str | None = None  # "module:function": any further constraint on a Config, as one line or None
 

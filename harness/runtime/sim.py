@@ -5,8 +5,8 @@ pipeline stands for every replica."""
 
 from __future__ import annotations
 
-from harness.execution import Execution
-from harness.plan import Plan
+from harness.measure.execution import Execution
+from harness.planning.plan import Plan
 
 
 def run_sim(plan: Plan, pids: list[int]) -> Execution:

@@ -1,5 +1,5 @@
 """A rank's trace buffer: the timed events of the running step, on the rank's clock (its
-offset to rank 0's is added where every rank's events meet: harness/execution.py from_reports).
+offset to rank 0's is added where every rank's events meet: harness/measure/execution.py from_reports).
 
 Every real executor records through one Tracer: the rank loop (barrier, optimizer), the
 runner (compute actions) and the transport (receive waits, sends). Tokens are the clock's
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.execution import RawEvent
+from harness.measure.execution import RawEvent
 from harness.runtime.clock import CudaClock, HostClock
 
 

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from harness.schedules import p2p
 from harness.schedules.ir import Action, stage_to_rank
 from harness.runtime.tracer import Tracer
-from harness.trace import COMM, WAIT
+from harness.measure.trace import COMM, WAIT
 
 Message = p2p.Message
 

@@ -5,7 +5,7 @@ stage per rank (stage s on rank s), the backward split into I and W.
 Memory is counted as the paper counts it (its Table 1), in units of one microbatch's
 activations on the stage (M_B): an F adds 1, an I frees all but the share `w` its deferred W
 keeps (M_W / M_B: each split linear's input and output gradient; harness's memory theory traces
-it per stage, harness/memory_theory.py), the W frees that share. The limit is `memory_limit` x
+it per stage, harness/planning/memory_theory.py), the W frees that share. The limit is `memory_limit` x
 N, 1F1B's peak on stage 0 (N microbatches held, none deferred): 1.0 is the paper's ZB-1p, 2.0
 its ZB-2p. What a deferred W keeps decides what a limit buys: the paper's GPT layers without
 flash attention keep 32sbh of 34sbh + 5as^2b (w about 0.4), a layer with flash attention nearly
@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from harness.gc_pause import paused
+from harness.simulate.gc_pause import paused
 from harness.schedules.builders import zb_h1, zb_h2
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.schedules.registry import ScheduleSpec, register

@@ -6,7 +6,7 @@ Placement: gpipe, 1f1b and zb_h1 put stage s on rank s; interleaved_1f1b puts st
 S = N*V on rank s % N. The V-shaped ones are in v_shape.py.
 
 Each closed form `_idle_*` is the makespan minus one rank's work for per-stage costs F, B (= I + W),
-I, W on equal stages and free communication (harness/theory.py turns it into the bubble and says
+I, W on equal stages and free communication (harness/planning/theory.py turns it into the bubble and says
 how the forms were found and checked).
 """
 

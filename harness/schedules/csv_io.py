@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from harness.config import MAX_ACTIONS
-from harness.safe_io import CAPS, FileRefused, check, read_text
+from harness.records.safe_io import CAPS, FileRefused, check, read_text
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.schedules.registry import FROM_DATA, ScheduleSpec, register
 from harness.schedules.validate import ScheduleError
@@ -72,7 +72,7 @@ KEY = "schedule.csv_path"
 def read_csv(path: str | Path, ranks: int | None = None) -> Schedule:
     """The schedule in a CSV file, every rank with at least one action (a rank without any
     would hold no stage), its stages 0..S-1 without a gap. ScheduleError whose first line says
-    what is wrong: not a regular file (a FIFO, a device), too large (harness/safe_io.py), not
+    what is wrong: not a regular file (a FIFO, a device), too large (harness/records/safe_io.py), not
     UTF-8 text (random bytes; a UTF-8 byte order mark is fine), not CSV, more cells than
     MAX_ACTIONS, not `ranks` rows (when given), a malformed cell, an idle rank, a stage no
     action before it leads to. Rows and cells are counted before any cell is parsed; each

@@ -26,10 +26,10 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
-from harness.gc_pause import paused
+from harness.simulate.gc_pause import paused
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.simulate.cost import CostModel
-from harness.trace import COMM, COMPUTE, WAIT, Event, Trace
+from harness.measure.trace import COMM, COMPUTE, WAIT, Event, Trace
 
 F, B, I, W, LASTB = 0, 1, 2, 3, 4  # cost codes (code * stages + stage); LASTB: a stage's last B, I or W  # noqa: E741
 KF, KB, KI, KW = Kind.F, Kind.B, Kind.I, Kind.W
@@ -271,7 +271,7 @@ def spans(c: Compiled, cost: CostModel, end: list[float] | None = None) -> list[
 
 
 def bubble(c: Compiled, cost: CostModel, end: list[float] | None = None) -> float:
-    """Mean over ranks of 1 - compute time / the step window, as harness.metrics.bubble_per_rank
+    """Mean over ranks of 1 - compute time / the step window, as harness.measure.metrics.bubble_per_rank
     measures a trace: the window from the first compute action's start to the last one's end."""
     per = spans(c, cost, end)
     ran = [x for x, rows in zip(per, c.by_rank) if rows]

@@ -1,7 +1,7 @@
 """Registers harness's sweeper with Hydra (plugins must live under hydra_plugins; the code is
-harness/sweeper.py). Selected by harness/conf/config.yaml: `override hydra/sweeper: harness`."""
+harness/frontend/sweeper.py). Selected by harness/conf/config.yaml: `override hydra/sweeper: harness`."""
 
-from harness.sweeper import Sweeper
+from harness.frontend.sweeper import Sweeper
 
 
 class HarnessSweeper(Sweeper):

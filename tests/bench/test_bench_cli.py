@@ -21,7 +21,7 @@ CASES = {
 }
 # prints whether torch is loaded once the app is done (an atexit hook runs after main)
 PROBE = ("import atexit, sys; atexit.register(lambda: print('TORCH', 'torch' in sys.modules, file=sys.stderr)); "
-         "sys.argv = ['harness'] + sys.argv[1:]; from harness.cli import main; main()")
+         "sys.argv = ['harness'] + sys.argv[1:]; from harness.frontend.cli import main; main()")
 
 
 def run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:

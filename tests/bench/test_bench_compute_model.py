@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compute_model import leave_one_out
-from harness.devices import lookup
+from harness.planning.compute_model import leave_one_out
+from harness.planning.devices import lookup
 
 pytestmark = pytest.mark.bench
 ROOT = Path(__file__).resolve().parents[2]

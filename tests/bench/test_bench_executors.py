@@ -18,8 +18,8 @@ import pytest
 
 from harness.config import Config
 from harness.job import run_job
-from harness.plan import make_plan
-from harness.result import Metrics, Result
+from harness.planning.plan import make_plan
+from harness.records.result import Metrics, Result
 from harness.simulate.engine import simulate
 
 pytestmark = pytest.mark.bench
@@ -165,7 +165,7 @@ def test_tracing_overhead(benchmark, config):
     40 alternating steps; extra_info: the median ratio (goal: under 1.02)."""
     import torch
 
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
     from harness.runtime.groups import Layout
     from harness.runtime.loop import RankContext
     from harness.runtime.native import NativeRunner

@@ -11,10 +11,10 @@ import pytest
 import time
 from pathlib import Path
 
-from harness import theory
+from harness.planning import theory
 from harness.config import Config, set_keys
 from harness.job import run_job
-from harness.metrics import bubble_per_rank
+from harness.measure.metrics import bubble_per_rank
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate import engine

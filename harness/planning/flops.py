@@ -8,7 +8,7 @@ against torch's FLOP counter), or the profile's when the times are the profile's
 emulated or executor=sim with `profile=`: the profile describes the model under study).
 
 MFU = achieved model FLOP/s per device / the device's dense peak in the run's dtype
-(harness/devices.py); HFU the same with hardware FLOPs. The device is the one that ran
+(harness/planning/devices.py); HFU the same with hardware FLOPs. The device is the one that ran
 (torch's name for it), the cluster's `gpu` for executor=sim; MFU is n/a, with the reason,
 on CPU, for a device the table does not list, and under compute=emulated (its times are
 modeled, not a device's).
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.devices import Device, lookup
+from harness.planning.devices import Device, lookup
 from harness.model.profile_data import load_profile
-from harness.plan import Plan
-from harness.result import Flops
+from harness.planning.plan import Plan
+from harness.records.result import Flops
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def device_of(plan: Plan, device_name: str | None) -> tuple[Device | None, str |
     dev = lookup(device_name)
     if dev is None:
         return None, ("cpu: no peak FLOP/s listed" if plan.device == "cpu" and not plan.simulated
-                      else f"{device_name!r} is not in harness/devices.py")
+                      else f"{device_name!r} is not in harness/planning/devices.py")
     return dev, None
 
 

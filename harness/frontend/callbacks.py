@@ -16,10 +16,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness.record import RESULT
+from harness.records.record import RESULT
 from harness.report.load import scan
-from harness.result import RecordError, read
-from harness.locks import SWEEP_RECORD
+from harness.records.result import RecordError, read
+from harness.records.locks import SWEEP_RECORD
 
 
 def sweep_size(config: DictConfig) -> int | None:
@@ -187,8 +187,8 @@ class RunGuard(Callback):
         try:
             self.check(config)
         except Exception as e:  # noqa: BLE001 - composition, interpolation, planning: one line either way
-            from harness.compose import hydra_problem
-            from harness.sweeper import FULL_ERRORS_ENV
+            from harness.frontend.compose import hydra_problem
+            from harness.frontend.sweeper import FULL_ERRORS_ENV
 
             if os.environ.get(FULL_ERRORS_ENV) == "1":
                 import traceback
@@ -200,10 +200,10 @@ class RunGuard(Callback):
     def check(self, config: DictConfig) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        from harness.compose import to_config
+        from harness.frontend.compose import to_config
         from harness.config import ConfigError, check_values
-        from harness.locks import Busy, DirLock, check_free, sweep_of, unsafe_dir
-        from harness.record import point_key
+        from harness.records.locks import Busy, DirLock, check_free, sweep_of, unsafe_dir
+        from harness.records.record import point_key
 
         HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
         cwd = str(config.hydra.runtime.cwd)
@@ -222,16 +222,16 @@ class RunGuard(Callback):
         if config.repeats != 1:
             _refuse(f"repeats={config.repeats}: repeats are points of a sweep (allowed: 1 here; "
                     f"python -m harness -m ... repeats={config.repeats} runs each point that many times)")
-        # interpolations resolved first: one that fails is said as the command line wrote it (harness.cli)
+        # interpolations resolved first: one that fails is said as the command line wrote it (harness.frontend.cli)
         OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), resolve=True)
         try:
             c = to_config(config, cwd=cwd)
             check_values(c)  # what the schema alone refuses, before torch is imported
         except ConfigError as e:
             _refuse(str(e))
-        from harness.app import _cuda_devices, resume_skips
+        from harness.frontend.app import _cuda_devices, resume_skips
         from harness.job import rerun_statuses
-        from harness.plan import make_plan
+        from harness.planning.plan import make_plan
 
         try:
             rerun_statuses(c.rerun)
@@ -275,7 +275,7 @@ class SweepSummary(Callback):
         self.notes = {}
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.record import point_of, started_at
+        from harness.records.record import point_of, started_at
         from harness.report.load import superseded
 
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -1,7 +1,7 @@
 """Every private Hydra API the harness uses, in one place, behind a version guard (as
 compat.py does for torch's).
 
-The sweeper (harness/sweeper.py) composes a sweep point by copying a composed config and
+The sweeper (harness/frontend/sweeper.py) composes a sweep point by copying a composed config and
 setting the values that differ, as composition itself sets them, and subclasses Hydra's basic
 sweeper; Hydra exposes no public hook for either. A Hydra outside TESTED_HYDRA is refused when
 a sweep starts, unless HARNESS_ALLOW_UNTESTED_HYDRA=1 says to try anyway.

@@ -33,13 +33,13 @@ from hydra.plugins.sweeper import Sweeper as HydraSweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from harness import signals
-from harness.hydra_compat import BasicSweeper, apply_overrides, get_overrides_dirname, runs_jobs_here, untested_hydra
+from harness.frontend import signals
+from harness.frontend.hydra_compat import BasicSweeper, apply_overrides, get_overrides_dirname, runs_jobs_here, untested_hydra
 
 _POINT_IDS: dict[tuple[str, int], str] = {}  # (sweep dir, job number) -> its point's identity, for jobs in this process
-FULL_ERRORS_ENV = "HARNESS_FULL_ERRORS"  # "1": this run shows whole errors (set by harness.cli)
+FULL_ERRORS_ENV = "HARNESS_FULL_ERRORS"  # "1": this run shows whole errors (set by harness.frontend.cli)
 # <sweep dir>/sweep.json: the points planned, launched and skipped (and why), what resume kept and ran again
-from harness.locks import SWEEP_RECORD  # noqa: E402
+from harness.records.locks import SWEEP_RECORD  # noqa: E402
 
 
 class FastComposer:
@@ -146,7 +146,7 @@ class Sweeper(BasicSweeper):
         refused before torch is imported (`cuda` and the plan import it)."""
         from hydra.core.hydra_config import HydraConfig
 
-        from harness.compose import hydra_problem, to_config
+        from harness.frontend.compose import hydra_problem, to_config
         from harness.config import ConfigError, check_values
 
         try:
@@ -162,7 +162,7 @@ class Sweeper(BasicSweeper):
             r = point_resources(cfg)
             c = to_config(cfg, cwd=cfg.hydra.runtime.cwd)
             check_values(c)
-            from harness.plan import make_plan
+            from harness.planning.plan import make_plan
 
             cuda_devices = cuda()
             if r is None:
@@ -174,7 +174,7 @@ class Sweeper(BasicSweeper):
             if c.resume:  # what resume compares a point's earlier record with (harness/job.py resume_why_not)
                 from dataclasses import asdict
 
-                from harness.record import provenance
+                from harness.records.record import provenance
 
                 self.asked[index] = (asdict(plan.config), provenance(plan.config, None))
             self.composer.keep(point, cfg)  # launched as checked, not composed again
@@ -218,7 +218,7 @@ class Sweeper(BasicSweeper):
 
         from harness.job import rerun_statuses
         from harness.config import ConfigError
-        from harness.locks import Busy, DirLock
+        from harness.records.locks import Busy, DirLock
 
         try:
             rerun = rerun_statuses(OmegaConf.select(self.config, "rerun", default=None))
@@ -226,7 +226,7 @@ class Sweeper(BasicSweeper):
             print(f"harness: error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        try:  # every point is checked: now the directory is this sweep's (harness.locks.SweepLock checked it)
+        try:  # every point is checked: now the directory is this sweep's (harness.records.locks.SweepLock checked it)
             lock = DirLock(sweep_dir).acquire()
         except Busy as e:
             print(f"harness: error: {e}", file=sys.stderr, flush=True)
@@ -241,7 +241,7 @@ class Sweeper(BasicSweeper):
             lock.release()
 
     def _summary(self) -> Any:
-        """The sweep's SweepSummary callback (harness/callbacks.py), told what only this process knows."""
+        """The sweep's SweepSummary callback (harness/frontend/callbacks.py), told what only this process knows."""
         for cb in getattr(getattr(self.hydra_context, "callbacks", None), "callbacks", []):
             if hasattr(cb, "note"):
                 return cb
@@ -257,9 +257,9 @@ class Sweeper(BasicSweeper):
         their job number: harness/job.py resume_why_not), not launched; said one line each, and
         why the others with a record run again."""
         from harness.job import resume_why_not
-        from harness.record import point_of, started_at
+        from harness.records.record import point_of, started_at
         from harness.report.load import scan
-        from harness.result import RecordError, read
+        from harness.records.result import RecordError, read
 
         newest: dict[str, tuple[float, Any, Path]] = {}
         for path in scan(sweep_dir).records:
@@ -290,7 +290,7 @@ class Sweeper(BasicSweeper):
 
     def _run(self, points: list[Sequence[str]], bad: list, varying: set[int], skipped: list[str], sweep_dir: Path,
              rerun: frozenset[str]) -> Any:
-        from harness.record import point_ids, write_json_atomic
+        from harness.records.record import point_ids, write_json_atomic
 
         ids = point_ids([list(p) for p in points])
         _POINT_IDS.update({(os.path.abspath(sweep_dir), i): pid for i, pid in enumerate(ids)})
@@ -316,7 +316,7 @@ class Sweeper(BasicSweeper):
         here = runs_jobs_here(self.launcher)
         locked: list[list[str]] = []
         if not here:  # jobs elsewhere take their own lock; one another harness holds now is left to it
-            from harness.locks import holder
+            from harness.records.locks import holder
 
             for i in range(len(points)):
                 if i not in left_out and i in self.job_dirs and (pid := holder(self.job_dirs[i])) is not None:
@@ -376,14 +376,14 @@ class Sweeper(BasicSweeper):
         """Hydra's own writes for job i (.hydra/, app.log) found the disk full: the job's record
         where space allows, and the sweep stops."""
         from harness.job import disk_full_error
-        from harness.record import RESULT, write_json_atomic
-        from harness.result import Result
+        from harness.records.record import RESULT, write_json_atomic
+        from harness.records.result import Result
 
         error = disk_full_error(e)
         try:
             from dataclasses import asdict
 
-            from harness.compose import to_config
+            from harness.frontend.compose import to_config
 
             cfg = self.composer.load_sweep_config(self.config, list(points[i]))
             write_json_atomic(self.job_dirs[i] / RESULT,
@@ -396,9 +396,9 @@ class Sweeper(BasicSweeper):
 
 
 def point_id(sweep_dir: Path, num: int, overrides: list[str]) -> str:
-    """A sweep job's identity (harness/record.py point_ids) as its sweeper named it: from this
+    """A sweep job's identity (harness/records/record.py point_ids) as its sweeper named it: from this
     process, else from <sweep dir>/sweep.json (a job run elsewhere), else its point_key."""
-    from harness.record import point_key
+    from harness.records.record import point_key
 
     if (found := _POINT_IDS.get((os.path.abspath(sweep_dir), num))) is not None:
         return found
@@ -421,7 +421,7 @@ def _disk_full(e: BaseException) -> bool:
 
 def _job_lock(directory: Path | None) -> tuple[Any, str | None]:
     """(the job directory's lock, taken; None) or (None, why another harness has it)."""
-    from harness.locks import Busy, DirLock
+    from harness.records.locks import Busy, DirLock
 
     if directory is None:
         return None, None

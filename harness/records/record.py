@@ -1,5 +1,5 @@
 """Record a job: result.json and trace.json (Perfetto; capped), written atomically. The Gantt
-chart (gantt.png) is harness/gantt.py, the wandb run harness/wandb_log.py (log_wandb, also
+chart (gantt.png) is harness/records/gantt.py, the wandb run harness/records/wandb_log.py (log_wandb, also
 importable from here)."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-from harness.jsonsafe import strict
-from harness.safe_io import check, read_text
-from harness.result import Env
-from harness.trace import COMPUTE, Event, Trace
+from harness.records.jsonsafe import strict
+from harness.records.safe_io import check, read_text
+from harness.records.result import Env
+from harness.measure.trace import COMPUTE, Event, Trace
 
 if TYPE_CHECKING:
-    from harness.execution import Execution, RankReport
-    from harness.plan import Plan
+    from harness.measure.execution import Execution, RankReport
+    from harness.planning.plan import Plan
 
 RESULT, TRACE, GANTT, RUNNING = "result.json", "trace.json", "gantt.png", "running.json"
 
@@ -132,7 +132,7 @@ def code_version() -> dict:
     code that runs is what was imported. Nulls where git cannot say (an installed copy)."""
     import hashlib
 
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parents[1]  # the harness package
 
     def git(*args: str) -> str | None:
         try:

@@ -28,7 +28,7 @@ def untested_torch() -> str | None:
             f"{', '.join(TESTED_TORCH)}; set {ALLOW_ENV}=1 to try anyway)")
 
 
-# -- fake tensors: shapes, dtypes and storages without memory (harness/memory_theory.py) ---------
+# -- fake tensors: shapes, dtypes and storages without memory (harness/planning/memory_theory.py) ---------
 def fake_tensors() -> Any:
     """A context in which tensors are fakes: what runs inside allocates nothing."""
     from torch._subclasses.fake_tensor import FakeTensorMode

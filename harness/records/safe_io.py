@@ -33,7 +33,7 @@ CAPS: dict[str, int] = {
     "trace": 256 * MiB,
     # gantt.png: a figure of a bounded size, flat colour (tens of KB to a few MB)
     "gantt": 64 * MiB,
-    # result.json (harness.result.read's own cap) and advice.json (a few KB per point)
+    # result.json (harness.records.result.read's own cap) and advice.json (a few KB per point)
     "result": 64 * MiB,
     "advice": 64 * MiB,
 }

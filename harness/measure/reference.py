@@ -7,8 +7,8 @@ import torch
 
 from harness.config import Config
 from harness.model.built import BuiltModel, built_model
-from harness.optimizer import Optimizer
-from harness.precision import Precision
+from harness.runtime.optimizer import Optimizer
+from harness.runtime.precision import Precision
 
 
 def reference_losses(c: Config, built: BuiltModel | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:

@@ -14,14 +14,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness import signals
-from harness.compose import register, to_config
+from harness.frontend import signals
+from harness.frontend.compose import register, to_config
 from harness.config import ConfigError
-from harness.locks import Busy, DirLock
-from harness.record import RESULT, point_key, provenance
-from harness.result import RecordError, read
+from harness.records.locks import Busy, DirLock
+from harness.records.record import RESULT, point_key, provenance
+from harness.records.result import RecordError, read
 from harness.runtime.faults import maybe_interrupt, parse_fault
-from harness.sweeper import point_id
+from harness.frontend.sweeper import point_id
 
 register()
 
@@ -41,7 +41,7 @@ def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | 
     code and input files: job.resume_why_not), or None to run it, saying why where there was a
     record. A sweep's points are decided by its sweeper, before any is launched."""
     from harness.job import rerun_statuses, resume_why_not
-    from harness.plan import make_plan
+    from harness.planning.plan import make_plan
 
     try:
         stored = read(out / RESULT)
@@ -69,7 +69,7 @@ def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
 
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
-    signals.ensure()  # SIGTERM ends a job like Ctrl-C (harness/signals.py)
+    signals.ensure()  # SIGTERM ends a job like Ctrl-C (harness/frontend/signals.py)
     fault = parse_fault(cfg.fault) if isinstance(cfg.fault, str) else None  # a bad one is refused below
     maybe_interrupt(fault, "start")
     signals.check()  # a signal since the last job (even one an earlier raise lost) ends the sweep here
@@ -86,10 +86,10 @@ def main(cfg: DictConfig) -> dict:
         print(f"harness: error: repeats={cfg.repeats}: repeats are points of a sweep (allowed: 1 here; "
               f"python -m harness -m ... repeats={cfg.repeats} runs each point that many times)", file=sys.stderr)
         sys.exit(2)
-    # the job's identity, whatever its number (harness/record.py point_ids; its sweeper's, in a sweep)
+    # the job's identity, whatever its number (harness/records/record.py point_ids; its sweeper's, in a sweep)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
     point = point_id(Path(hc.sweep.dir), int(hc.job.num), overrides) if sweep else point_key(overrides)
-    # the run guard (harness.callbacks.RunGuard) or harness's sweeper decided resume before Hydra wrote anything
+    # the run guard (harness.frontend.callbacks.RunGuard) or harness's sweeper decided resume before Hydra wrote anything
     decided = (str(OmegaConf.select(hc, "sweeper._target_", default="")).startswith("hydra_plugins.harness_sweeper")
                if sweep else "guard" in (hc.callbacks or {}))
     if cfg.resume and not decided and (why := resume_skips(out, cfg, point)):

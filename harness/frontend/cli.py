@@ -3,7 +3,7 @@ schema raises said in one line, `harness: error: <key>=<value>: <what is allowed
 
 Hydra composes and checks the config against the typed schema (harness/config.py, struct
 mode: an unknown key or a value of the wrong type is refused); a sweep's points are each
-planned before the first job runs (harness/sweeper.py). This module only turns what they
+planned before the first job runs (harness/frontend/sweeper.py). This module only turns what they
 raise into one line: `debug=true` or HYDRA_FULL_ERROR=1 shows the full error instead.
 Tab completion (`-sc install=bash`), `--config-dir` presets, interpolations (`microbatches=${pp}`)
 and quoted values are Hydra's own.
@@ -19,7 +19,7 @@ import shutil
 import sys
 from typing import NoReturn
 
-from harness import signals
+from harness.frontend import signals
 
 # flags of Hydra's command line whose next argument is their value, not an override
 _FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--shell-completion",
@@ -142,9 +142,9 @@ def main() -> None:
     sys.argv[1:] = argv
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.app import main as hydra_main
-    from harness.compose import hydra_problem
-    from harness.sweeper import FULL_ERRORS_ENV
+    from harness.frontend.app import main as hydra_main
+    from harness.frontend.compose import hydra_problem
+    from harness.frontend.sweeper import FULL_ERRORS_ENV
 
     GlobalHydra.instance().clear()  # a second main() in one process (tests) starts afresh, as Hydra expects
     saved = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", FULL_ERRORS_ENV)}

@@ -5,7 +5,7 @@ The scheme is pure low precision with fp32 master weights, as Megatron-LM's mixe
 precision (Float16OptimizerWithFloat16Params) and DeepSpeed's fp16/bf16 modes: parameters,
 activations, the tensors sent between stages and the accumulated gradients are all in
 `dtype`; the optimizer keeps an fp32 copy of every parameter (the master), steps it on the
-gradients cast to fp32, and copies it back (harness/optimizer.py). The loss is computed in
+gradients cast to fp32, and copies it back (harness/runtime/optimizer.py). The loss is computed in
 fp32 from the last stage's output. fp16 scales the loss by a fixed factor (LOSS_SCALE) so
 small gradients do not underflow, and unscales in the master copy; bf16 has fp32's range
 and needs none. Not autocast: under autocast a model's stage outputs change dtype with its

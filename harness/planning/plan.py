@@ -14,14 +14,14 @@ import os
 from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
 
-from harness.checks import check_stages, ranks_on_host, validate
+from harness.planning.checks import check_stages, ranks_on_host, validate
 from harness.config import DTYPE_BYTES, Config, ConfigError, planned_microbatch_size
-from harness.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
+from harness.planning.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
-from harness.result import PlanRecord, RecordError
-from harness.result import read as read_result
+from harness.records.result import PlanRecord, RecordError
+from harness.records.result import read as read_result
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
 from harness.schedules.auto import generate
@@ -141,7 +141,7 @@ class Plan:
         return layer_memory(self.model, self.config.dtype, self.model_device)
 
     def theory_per_rank(self) -> list[RankBytes]:
-        """harness/memory_theory.py's bytes of every global rank (once per plan)."""
+        """harness/planning/memory_theory.py's bytes of every global rank (once per plan)."""
         return self._derive("theory_per_rank", lambda: theory_per_rank(self))
 
     def record(self) -> PlanRecord:

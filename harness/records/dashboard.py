@@ -4,7 +4,7 @@ by "/"; config: the resolved config, nested keys dotted; history: per step again
 wandb_log.history_rows: line plots of step time, bubble, throughput, TFLOP/s, peak activation
 memory and loss).
 
-    python -m harness.dashboard --project P [--entity E] [--group SWEEP] [--pp 2 4] [--json] [--save]
+    python -m harness.records.dashboard --project P [--entity E] [--group SWEEP] [--pp 2 4] [--json] [--save]
 
 Two things are built: a workspace (a saved view of the project: every panel, runs grouped by
 schedule.name then pp) and a report (the same panels, and bubble against M once per pp, each
@@ -175,7 +175,7 @@ def build_report(project: str, entity: str, group: str | None = None, pp: tuple[
                        groupby=[f"config.{groupby}"] if groupby else [], **runset)
         return wr.PanelGrid(runsets=[rs], panels=[_plot(wr, p, p.title + (f", pp={n}" if n else "")) for p in panels])
 
-    blocks: list = [wr.P("Built by `python -m harness.dashboard` from the names harness's log_wandb writes: "
+    blocks: list = [wr.P("Built by `python -m harness.records.dashboard` from the names harness's log_wandb writes: "
                          "summary = result.json's metric names joined by '/', config = the resolved config.")]
     per_pp = [p for p in PANELS if p.per_pp]
     for n in pp:
@@ -207,7 +207,7 @@ def _json(model: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.dashboard", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.records.dashboard", description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", required=True, help="the W&B project (the jobs' wandb.project: harness unless set)")
     ap.add_argument("--entity", help="the W&B entity (team or user); default: your default entity")
     ap.add_argument("--group", help="only this sweep's runs (the run group: the sweep directory's name)")
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     entity = a.entity
     if a.save:
-        from harness.wandb_log import online_problem
+        from harness.records.wandb_log import online_problem
 
         if why := online_problem():
             print(f"harness: error: dashboard not saved: {why}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """What an accelerator can do at most: dense peak FLOP/s per dtype and memory bandwidth, from
 the vendors' datasheets, looked up by the name torch reports (torch.cuda.get_device_name).
 
-MFU and HFU (harness/flops.py) divide achieved FLOP/s by `peak_flops`; the compute model
-(harness/compute_model.py) prices GEMM-bound work at most at `sustained` x peak and
+MFU and HFU (harness/planning/flops.py) divide achieved FLOP/s by `peak_flops`; the compute model
+(harness/planning/compute_model.py) prices GEMM-bound work at most at `sustained` x peak and
 memory-bound work at most at `memory_bandwidth_Bps`. Peaks are DENSE (the datasheets' "with
 sparsity" figures are twice these). fp32 is the CUDA cores' rate: PyTorch runs fp32 matmuls
 without TF32 unless told to (torch.backends.cuda.matmul.allow_tf32 is False by default).

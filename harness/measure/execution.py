@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from harness.trace import Event, Trace
+from harness.measure.trace import Event, Trace
 
 # As an event travels back from a worker: (step, name, cat, kind, stage, mb, start_ns, end_ns)
 RawEvent = tuple[int, str, str, str, int, int, int, int]
@@ -131,7 +131,7 @@ def from_reports(reports: list[RankReport]) -> Execution:
 
 
 def clock_record(run: Execution, trace: Trace) -> dict[str, Any]:
-    """The record's clock fields (harness/result.py Metrics): each global rank's offset and
+    """The record's clock fields (harness/records/result.py Metrics): each global rank's offset and
     uncertainty, the worst uncertainty, and a note flagging the bubble where that is more than
     CLOCK_NOTE_SHARE of the mean compute action in `trace` (the measured steps')."""
     if run.clock_offset_ns is None or run.clock_uncertainty_ns is None:

@@ -13,19 +13,19 @@ from dataclasses import replace
 
 import torch
 
-from harness import theory
-from harness.execution import Execution, clock_record
-from harness.flops import flops_of
+from harness.planning import theory
+from harness.measure.execution import Execution, clock_record
+from harness.planning.flops import flops_of
 from harness.config import Config
-from harness.plan import Plan
-from harness.intervals import LEVEL, interval
-from harness.result import Attribution, Bubble, Budget, GradCheck, Intervals, Memory, Metrics
+from harness.planning.plan import Plan
+from harness.measure.intervals import LEVEL, interval
+from harness.records.result import Attribution, Bubble, Budget, GradCheck, Intervals, Memory, Metrics
 from harness.schedules.ir import Kind
 from harness.schedules.registry import spec
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 from harness.simulate.pricing import dp_sync_theory_s
-from harness.trace import Trace, events_of_step, step_numbers
+from harness.measure.trace import Trace, events_of_step, step_numbers
 
 
 def window(trace: Trace) -> tuple[float, float]:
@@ -142,7 +142,7 @@ def theory_costs(plan: Plan, costs: dict[str, list[float]]) -> tuple[float, floa
 
 def bubble_theory(plan: Plan, costs: dict[str, list[float]]) -> tuple[theory.Theory | None, dict]:
     """The schedule's bubble on equal stages and free communication, in the run's costs
-    (harness/theory.py: a closed form, or the simulator's ideal, labelled); a CSV schedule
+    (harness/planning/theory.py: a closed form, or the simulator's ideal, labelled); a CSV schedule
     gets its built-in's when it is one. None where the schedule has no theory."""
     c = plan.config
     bwd_over_fwd, share = theory_costs(plan, costs)

@@ -6,7 +6,7 @@ moves, fitted per layer kind and direction on a measured profile, bounded by the
 - `floor`: what a layer costs however small: the host launching its kernels (the GPU runs them
   asynchronously, so small work hides under the launches; GPT-2 small's blocks on an H200 sit
   on this floor at every measured microbatch size).
-- flops at `sustained` x the device's dense peak (harness/devices.py, sourced): the rate large
+- flops at `sustained` x the device's dense peak (harness/planning/devices.py, sourced): the rate large
   GEMMs approach. Efficiency (flops / (seconds x peak)) therefore grows with the work toward
   `sustained` and never exceeds the peak. Where a profile measured a layer faster than that,
   the measured best rate is used instead (still at most the peak).
@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from harness.devices import Device
+from harness.planning.devices import Device
 
 DIRECTIONS = ("fwd", "bwd")
 DEFAULT_TOLERANCE = 0.1  # a form "fits" within this RMS relative error when a profile has no repeats to tell
@@ -193,7 +193,7 @@ def fit(profile: dict, device: Device, dtype: str, dtype_bytes: int, source: str
     default). `sustained` overrides the device table's share of peak."""
     share = sustained if sustained is not None else device.sustained
     if share is None:
-        raise ValueError(f"{device.name}: no sustained share of peak is published in harness/devices.py; "
+        raise ValueError(f"{device.name}: no sustained share of peak is published in harness/planning/devices.py; "
                          "give one (--sustained, 0 < x <= 1)")
     if not 0 < share <= 1:
         raise ValueError(f"sustained={share!r} (allowed: 0 < sustained <= 1)")

@@ -1,6 +1,6 @@
 """Validation that needs more than the schema: the registries (each schedule, model and
 executor says what it accepts) and the built model (its layers, its size). Planning runs it
-(harness/plan.py) before anything else is built; so does the planner, on every candidate.
+(harness/planning/plan.py) before anything else is built; so does the planner, on every candidate.
 
 ConfigError with one line naming the key, the value and what is allowed, before any worker.
 """
@@ -10,17 +10,17 @@ from __future__ import annotations
 import math
 import os
 
-from harness import compat
+from harness.runtime import compat
 from harness.config import (MAX_ACTIONS, MAX_RUN_ACTIONS, MAX_TIMEOUT_S, Config, ConfigError, check_values, one_of,
                             planned_microbatch_size)
-from harness.memory_theory import layer_memory
+from harness.planning.memory_theory import layer_memory
 from harness.model import MODELS
 from harness.model.built import BuiltModel, built_model
 from harness.model.profile_data import ProfileError, load_profile
-from harness.precision import Precision
+from harness.runtime.precision import Precision
 from harness.runtime.faults import parse_fault
 from harness.runtime.registry import EXECUTORS, Executor, entry_point
-from harness.safe_io import FileRefused, check
+from harness.records.safe_io import FileRefused, check
 from harness.schedules.csv_io import read_csv
 from harness.schedules.registry import SCHEDULES, chunks_per_rank, requirements
 from harness.simulate.pricing import optimizer_bytes_touched
@@ -195,7 +195,7 @@ def _check_sizes(c: Config, cuda_devices: int, model: BuiltModel, here: int) -> 
     of the ranks this machine runs, in `dtype`, at the microbatch size global_batch sets.
     Three bounds, cheapest first: the tensors between stages (every rank may hold all M:
     GPipe does), the weights and gradients, then the memory theory's activations (every layer's
-    saved tensors, harness/memory_theory.py) with the weights. Checked before anything is
+    saved tensors, harness/planning/memory_theory.py) with the weights. Checked before anything is
     built; a simulated executor allocates nothing and is not checked."""
     limit = machine_bytes(c.device, min(here, cuda_devices))
     b = planned_microbatch_size(c)
@@ -256,7 +256,7 @@ def _culprit(c: Config, here: int, candidates: list[tuple[str, object]]) -> tupl
 
 def _held_activations(c: Config, model: BuiltModel, b: int, cuda_devices: int) -> int | None:
     """A lower bound of the activation bytes one pipeline replica's ranks hold at their peaks,
-    from the memory theory (harness/memory_theory.py: every layer's saved tensors), traced at
+    from the memory theory (harness/planning/memory_theory.py: every layer's saved tensors), traced at
     microbatch sizes 1 and 2 and extended linearly to b (each saved tensor is a fixed size or
     one per sample: exact, and nothing of size b is allocated): every rank holds at least the
     fewest microbatches any rank of its schedule holds (GPipe's M, 1F1B's 1) of its stage, so

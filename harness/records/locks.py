@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 LOCK = ".harness.lock"
-SWEEP_RECORD = "sweep.json"  # harness.sweeper's record of a sweep (the same name; sweeper imports it from here)
+SWEEP_RECORD = "sweep.json"  # harness.frontend.sweeper's record of a sweep (the same name; sweeper imports it from here)
 _HELD: dict[str, list[int]] = {}  # lock file (real path) -> [fd, times taken] by this process
 
 
@@ -129,7 +129,7 @@ def sweep_of(directory: Path) -> Path | None:
 @functools.lru_cache(maxsize=1)
 def _source() -> tuple[Path, Path | None]:
     """(the harness package, the repository holding it or None where it is installed elsewhere)."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     repo = package.parent
     return package, repo if (repo / "pyproject.toml").is_file() or (repo / ".git").exists() else None
 

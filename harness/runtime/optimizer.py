@@ -1,6 +1,6 @@
 """The optimizer every executor and the reference share: `optimizer=sgd|adamw` (torch's own,
 with lr, momentum, betas, weight decay), fp32 master weights in low precision
-(harness/precision.py), and ZeRO-1 (`zero=1`): the optimizer state sharded across a stage's
+(harness/runtime/precision.py), and ZeRO-1 (`zero=1`): the optimizer state sharded across a stage's
 data-parallel replicas with torch.distributed.optim.ZeroRedundancyOptimizer (Rajbhandari et
 al., 2020, "ZeRO", stage 1), composed with the stages' DDP.
 
@@ -15,7 +15,7 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
-from harness.precision import Precision
+from harness.runtime.precision import Precision
 
 
 def _factory(name: str, lr: float, cfg) -> tuple[type[torch.optim.Optimizer], dict]:

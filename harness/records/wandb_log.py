@@ -203,7 +203,7 @@ def log_wandb(result: dict, out_dir: Path, group: str, name: str, mode: str, pro
 def summary_metrics(metrics: dict, prefix: str = "") -> dict:
     """The run summary's metrics: every leaf of result.json's `metrics` under its path joined by
     "/" (`bubble/measured`), lists whole, and `<key>/max` beside each list of numbers but
-    `losses` (`memory/peak_activation_bytes_per_rank/max`). The names harness.dashboard plots."""
+    `losses` (`memory/peak_activation_bytes_per_rank/max`). The names harness.records.dashboard plots."""
     out: dict = {}
     for k, v in metrics.items():
         if isinstance(v, dict):
@@ -289,7 +289,7 @@ def history_rows(result: dict, out_dir: Path | None = None) -> list[dict]:
 def _peaks_per_step(out_dir: Path | None, pp: int) -> dict[int, dict[int, int]]:
     """step -> pipeline rank of replica 0 -> its peak activation bytes in the step, from
     trace.json (empty where there is none, or it has no per-step peaks: an older file)."""
-    from harness.record import TRACE, read_trace_meta
+    from harness.records.record import TRACE, read_trace_meta
 
     if out_dir is None or not (Path(out_dir) / TRACE).is_file():
         return {}
@@ -330,8 +330,8 @@ def _write_run(result: dict, out_dir: Path, group: str, name: str, mode: str, pr
                entity: str | None) -> str:
     import wandb
 
-    from harness.record import GANTT, TRACE
-    from harness.result import PlanRecord
+    from harness.records.record import GANTT, TRACE
+    from harness.records.result import PlanRecord
 
     cfg, m = result["config"], result.get("metrics")
     # console off and no system stats: the job has finished when this runs, so wandb would

@@ -1,6 +1,6 @@
 """The bubble and the in-flight microbatches of every built-in schedule, in the run's own costs.
 
-Bubble, as harness.metrics.bubble_per_rank measures it (mean over ranks of 1 - busy / window)
+Bubble, as harness.measure.metrics.bubble_per_rank measures it (mean over ranks of 1 - busy / window)
 for equal stages and free communication: per stage a forward F, a backward B, and, for the
 zero-bubble split, I = (1 - w) B (input gradient) and W = w B (weight gradient), w the
 weight-gradient share. `bubble()` takes F = 1 and `bwd_over_fwd` = B / F: the bubble is a
@@ -76,7 +76,7 @@ def _costs(bwd_over_fwd: float, weight_grad_share: float) -> tuple[float, float,
 
 def simulated_ideal(compiled: Compiled, bwd_over_fwd: float, weight_grad_share: float) -> float:
     """The simulator on equal stages and free communication, measured as
-    harness.metrics.bubble_per_rank does: mean over ranks of 1 - busy / window, the window
+    harness.measure.metrics.bubble_per_rank does: mean over ranks of 1 - busy / window, the window
     from the first compute start to the last compute end over all ranks."""
     return engine.bubble(compiled, CostModel.uniform(compiled.stages, 1.0, bwd_over_fwd, weight_grad_share))
 

@@ -3,7 +3,7 @@ schema and each group option's dataclass), the composed config as a typed Config
 error composing or checking raises said in one line, `<key>=<value>: <what is allowed>`.
 
 Only public OmegaConf and Hydra API here; the sweeper's use of Hydra internals is in
-harness/hydra_compat.py.
+harness/frontend/hydra_compat.py.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def original_cwd() -> Path:
     return Path.cwd()
 
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # where data/ ships beside harness/ (a source checkout)
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where data/ ships beside harness/ (a source checkout)
 
 
 def absolute_path(path: str | None, cwd: str | Path | None = None) -> str | None:

@@ -16,7 +16,7 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   schedule's record stays a few lines); executor=sim's trace.json holds one measured step
   (every step is the same).
 - 4: `metrics.flops`: model and hardware FLOPs per step, achieved TFLOP/s per device, MFU and
-  HFU where the device's peak is known (harness/flops.py); older records read it as null.
+  HFU where the device's peak is known (harness/planning/flops.py); older records read it as null.
 - 5: `metrics.bubble.steady_measured` and `steady_simulated`: the bubble of overlapped steps
   (each rank's span, first compute start to last compute end, against the longest: the
   zero-bubble paper's bubble rate); older records read them as null. `metrics.intervals`: 95%
@@ -26,7 +26,7 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   the mean compute action): each rank's clock put on rank 0's (harness/runtime/clock.py); null
   for executor=sim and in older records (one host, one clock). `provenance` (optional, null in
   older records): the point's overrides, the code's commit and dirty flag, a sha256 of every
-  file the run reads and when it started (harness/record.py `provenance`): what resume compares.
+  file the run reads and when it started (harness/records/record.py `provenance`): what resume compares.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class PlanRecord:
 @dataclass
 class Attribution:
     """Why the measured bubble is what it is; the parts sum to `Bubble.measured`
-    (harness.metrics.attribution)."""
+    (harness.measure.metrics.attribution)."""
     schedule: float  # theory: the schedule's own fill and drain on equal stages
     imbalance: float  # the simulator on the measured per-stage costs, no communication, minus schedule
     communication: float  # the same with the measured hop, minus the previous
@@ -145,7 +145,7 @@ class Memory:
     activation_bytes_per_microbatch_per_rank: list[float] | None  # one (stage, microbatch)'s; chunked: one chunk's
     cuda_max_memory_allocated_per_rank: list[int] | None = None  # torch.cuda.max_memory_allocated, on CUDA
     # [global rank] {params, grads, optimizer, activations, peak} bytes, largest over measured
-    # steps: measured (by accounting tensors, each storage once) and theory (harness/memory_theory.py)
+    # steps: measured (by accounting tensors, each storage once) and theory (harness/planning/memory_theory.py)
     measured_per_rank: list[dict[str, int | None]] | None = None
     theory_per_rank: list[dict[str, int]] | None = None
     cuda_per_rank: list[dict[str, int]] | None = None  # [global rank] torch.cuda allocated, reserved, max_allocated
@@ -157,12 +157,12 @@ class GradCheck:
     max_rel_diff: float  # max over parameters of max |g - r| / max |r| against one process
     worst_param: str | None
     params: int
-    tolerance: float | None = None  # the dtype's (harness/metrics.py GRAD_TOLERANCE): beyond it the job failed
+    tolerance: float | None = None  # the dtype's (harness/measure/metrics.py GRAD_TOLERANCE): beyond it the job failed
 
 
 @dataclass
 class Flops:
-    """Compute throughput (harness/flops.py). Per device: over every rank (pp x dp)."""
+    """Compute throughput (harness/planning/flops.py). Per device: over every rank (pp x dp)."""
     model_per_step: float  # 3 x forward FLOPs x microbatches x dp
     hardware_per_step: float  # + checkpointing's recomputed forwards
     tflops_per_device: float  # model FLOPs / step time / devices / 1e12
@@ -170,14 +170,14 @@ class Flops:
     peak_tflops_per_device: float | None  # the device's dense peak in the run's dtype
     mfu: float | None  # tflops_per_device / peak; None: see note
     hfu: float | None
-    device: str | None  # harness/devices.py's name for the device
+    device: str | None  # harness/planning/devices.py's name for the device
     source: str  # where the forward FLOPs came from
     note: str | None = None  # why MFU is n/a
 
 
 @dataclass
 class Intervals:
-    """95% confidence intervals of a job's figures over its measured steps (harness/intervals.py:
+    """95% confidence intervals of a job's figures over its measured steps (harness/measure/intervals.py:
     a bootstrap of the median); one step, or a simulation's identical steps, give a point."""
     level: float
     method: str
@@ -208,7 +208,7 @@ class Metrics:
     step_time_iqr_s: list[float] | None = None  # [25th, 75th] percentile of step_times_s
     model_step_s: float | None = None  # the cost model's step (executor=sim's): what this run is held against
     flops: Flops | None = None
-    # each rank's clock on rank 0's (harness/execution.py clock_record): [global rank] ns added to
+    # each rank's clock on rank 0's (harness/measure/execution.py clock_record): [global rank] ns added to
     # its timestamps, and how far off that may be (0 and 0 on rank 0's host); None: executor=sim
     clock_offset_ns_per_global_rank: list[int] | None = None
     clock_uncertainty_ns_per_global_rank: list[int] | None = None

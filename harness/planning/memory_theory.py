@@ -45,11 +45,11 @@ from typing import Any
 
 import torch
 
-from harness import compat
+from harness.runtime import compat
 from harness.config import DTYPE_BYTES, Config
 from harness.model.built import BuiltModel
 from harness.model.checkpoint import CheckpointedStage
-from harness.precision import DTYPES
+from harness.runtime.precision import DTYPES
 from harness.schedules.ir import Action, Kind
 
 

@@ -1,0 +1,1 @@
+"""The Hydra front end: `python -m harness`, its sweeper, callbacks and composition."""

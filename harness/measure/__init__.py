@@ -1,0 +1,1 @@
+"""What a run measured: events, executions, metrics, intervals, the single-process reference."""
