@@ -117,3 +117,12 @@ def test_a_simulated_job_simulates_each_distinct_cost_model_once(tmp_path, monke
     r = run_job(c, tmp_path, "test", "sim")
     assert r.status == "ok", r.error
     assert len(costs) == len(set(costs)) == 2
+
+
+def test_the_top_of_the_package_shows_the_layers():
+    """`ls harness/` reads as the architecture: packages by what they are (frontend, planning,
+    records, measure, runtime, ...), and only the entry points and the schema at the top."""
+    top = sorted(f.stem for f in PACKAGE.glob("*.py"))
+    assert top == ["__init__", "__main__", "config", "job", "profile"]
+    packages = {d.name for d in PACKAGE.iterdir() if (d / "__init__.py").is_file()}
+    assert {"frontend", "planning", "records", "measure", "runtime", "schedules", "simulate"} <= packages
