@@ -187,7 +187,7 @@ class RunGuard(Callback):
         try:
             self.check(config)
         except Exception as e:  # noqa: BLE001 - composition, interpolation, planning: one line either way
-            from harness.frontend.compose import hydra_problem
+            from harness.frontend.errors import hydra_problem
             from harness.frontend.sweeper import FULL_ERRORS_ENV
 
             if os.environ.get(FULL_ERRORS_ENV) == "1":

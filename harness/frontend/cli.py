@@ -143,7 +143,7 @@ def main() -> None:
     from hydra.core.global_hydra import GlobalHydra
 
     from harness.frontend.app import main as hydra_main
-    from harness.frontend.compose import hydra_problem
+    from harness.frontend.errors import hydra_problem
     from harness.frontend.sweeper import FULL_ERRORS_ENV
 
     GlobalHydra.instance().clear()  # a second main() in one process (tests) starts afresh, as Hydra expects
@@ -168,7 +168,7 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001 - every error the user can cause is one line (debug=true: all of it)
         if full:
             raise
-        fail(hydra_problem(e, overrides_of(argv)))
+        fail(hydra_problem(e, overrides_of(argv), sweep="-m" in argv or "--multirun" in argv))
     finally:
         sys.stderr = stderr
         GlobalHydra.instance().clear()

@@ -1,25 +1,21 @@
 """Hydra and OmegaConf around the schema (harness/config.py): the ConfigStore entries (the
-schema and each group option's dataclass), the composed config as a typed Config, and every
-error composing or checking raises said in one line, `<key>=<value>: <what is allowed>`.
-
-Only public OmegaConf and Hydra API here; the sweeper's use of Hydra internals is in
-harness/frontend/hydra_compat.py.
+schema and each group option's dataclass) and the composed config as a typed Config; what
+composing raises is said in one line by harness/frontend/errors.py. Public Hydra API only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, InterpolationResolutionError,
-                              MissingMandatoryValue, OmegaConfBaseException, ValidationError)
+from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import (BASES, OPTIONS, ClusterConfig, Config, ConfigError, check_cluster, job_dirname,
-                            option_class, schema_keys, unknown_key, what_fits)
+                            option_class, unknown_key)
+from harness.frontend.errors import hydra_problem, omegaconf_problem
 
 
 def register() -> None:
@@ -44,15 +40,16 @@ def compose_config(overrides: list[str], cwd: str | Path | None = None) -> Confi
 
     register()
     GlobalHydra.instance().clear()
+    problem = None
     try:
         with initialize_config_module(config_module="harness.conf", version_base="1.3"):
-            return to_config(compose(config_name="config", overrides=overrides), cwd)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - Hydra's own errors, one line as python -m harness says them
-        raise ConfigError(hydra_problem(e, overrides)) from None
+            try:
+                return to_config(compose(config_name="config", overrides=overrides), cwd)
+            except Exception as e:  # noqa: BLE001 - Hydra's own errors, one line as python -m harness says them
+                problem = hydra_problem(e, overrides)  # while Hydra's config groups can be listed
     finally:
         GlobalHydra.instance().clear()
+    raise ConfigError(problem)
 
 
 def to_config(cfg: DictConfig, cwd: str | Path | None = None) -> Config:
@@ -123,102 +120,6 @@ def _refuse_unknown(node: DictConfig, cls: type, prefix: str = "") -> None:
         sub = node[key]
         if isinstance(sub, DictConfig) and dataclasses.is_dataclass(kind := OmegaConf.get_type(sub)):
             _refuse_unknown(sub, kind, f"{prefix}{key}.")
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
-
-def omegaconf_problem(e: OmegaConfBaseException, shown: str | None = None) -> str:
-    """One line for an error OmegaConf raised about a key: `<key>=<value>: <what is allowed>`.
-    `shown` is the override as the user wrote it (`pp=abc`), when known."""
-    key = getattr(e, "full_key", None) or getattr(e, "key", None) or ""
-    value = getattr(e, "value", None)
-    shown = shown or (f"{key}={value}" if key else None)
-    if isinstance(e, (ConfigAttributeError, ConfigKeyError)) and "not in" in str(e):
-        kind = getattr(e, "object_type", None)  # the option's dataclass the key is not in
-        option = next((name for options in OPTIONS.values() for name, cls in options.items() if cls is kind), None)
-        return unknown_key(shown.partition("=")[0] if shown else str(key), shown.partition("=")[2] if shown else "",
-                           option)
-    if isinstance(e, ValidationError) and str(key) in (keys := schema_keys()):
-        return f"{shown}: {what_fits(keys[str(key)])}"
-    if isinstance(e, MissingMandatoryValue):
-        return f"{key}: needs a value ({_first_line(getattr(e, 'msg', '') or str(e))})"
-    if isinstance(e, InterpolationResolutionError):
-        return f"{shown or key}: {_first_line(getattr(e, 'msg', '') or str(e))}"
-    what = _first_line(getattr(e, "msg", None) or str(e))
-    return f"{shown}: {what}" if shown else what
-
-
-def _key(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~").split("@")[0]
-
-
-def written(key: str, overrides: list[str]) -> str | None:
-    """The override (as the user wrote it) that sets `key`; the last one wins, as in Hydra."""
-    found = [o for o in overrides if _key(o) == key]
-    return found[-1] if found else None
-
-
-def hydra_problem(e: BaseException, overrides: list[str]) -> str:
-    """One line for anything composing or checking a config raised: `<key>=<value>: <what is
-    allowed>` where the key is known, else the error's first line."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    if isinstance(e, ConfigError):
-        return str(e)
-    unset = [o for o in overrides if _key(o).startswith("cluster.")]
-    if unset and not written("cluster", overrides) and isinstance(e, AssertionError):
-        # OmegaConf asserts when a key is set inside a group that is null (no cluster chosen)
-        return f"{unset[0]}: no cluster to set it on (choose one first: cluster=<preset>, harness/conf/cluster/)"
-    if isinstance(e, MissingConfigException):
-        missing = str(getattr(e, "missing_cfg_file", "") or "")
-        group, _, choice = missing.rpartition("/")
-        options = list(getattr(e, "options", None) or [])
-        shown = written(group, overrides) or (f"{group}={choice}" if group else missing)
-        if options:
-            options = [o for o in options if not o.startswith("schema_")]  # the options' typed bases, not options
-            return f"{shown}: unknown (allowed: {', '.join(options)})"
-        first = lines[0] if lines else "missing config"
-        return f"{shown}: {first}" if group else first
-    if isinstance(e, OverrideParseException):
-        why = lines[0] if lines else "cannot parse"
-        return (f"{e.override}: not an override Hydra can parse ({why}; quote values with spaces or "
-                "commas: key='a,b'; grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)")
-    cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-    if isinstance(e, OmegaConfBaseException):
-        cause = e
-    if cause is not None:
-        key = str(getattr(cause, "full_key", "") or "")
-        if m := re.match(r"Interpolation key '(.+?)' not found", str(cause)):
-            shown = next((o for o in overrides if "${" + m.group(1) in o), None)
-            if shown:
-                return f"{shown}: no key {m.group(1)} to interpolate (allowed: any key of the config, e.g. ${{pp}})"
-        if key.startswith("hydra.") and "not in" in str(cause):
-            return f"{written(key, overrides) or key}: unknown Hydra key (python -m harness --cfg hydra lists them)"
-        return omegaconf_problem(cause, written(key, overrides))
-    first = lines[0] if lines else type(e).__name__
-    if "Unknown plugin class" in first and "harness_sweeper" in first:  # an install from before the sweeper existed
-        return (f"{first}: harness's sweeper is not installed here (run `make venv`, or pip install -e . in the "
-                "harness checkout; hydra/sweeper=basic runs without it)")
-    if isinstance(e, ConfigCompositionException):
-        if m := re.match(r"Ambiguous value for argument '(.+)'", first):
-            k, _, v = m.group(1).partition("=")
-            return (f"{m.group(1)}: several values need -m to sweep them (one list: {k}=[{v}]; one string: "
-                    f"{k}='{v}')")
-        if m := re.match(r"Could not append to config\. An item is already at '(.+)'", first):
-            shown = written(m.group(1), overrides) or m.group(1)
-            return f"{shown}: {m.group(1)} is already set: drop the + to change it"
-        return "; ".join(lines[:2])
-    if isinstance(e, OSError) and e.filename:
-        for o in overrides:
-            k, _, v = o.partition("=")
-            if k in ("hydra.run.dir", "hydra.sweep.dir") and str(e.filename).startswith(v.rstrip("/")):
-                return f"{o}: cannot create {e.filename} ({e.strerror}); choose a directory you can write"
-        return f"{e.filename}: {e.strerror or first}"
-    return f"{type(e).__name__}: {first}"
 
 
 def original_cwd() -> Path:

@@ -146,7 +146,8 @@ class Sweeper(BasicSweeper):
         refused before torch is imported (`cuda` and the plan import it)."""
         from hydra.core.hydra_config import HydraConfig
 
-        from harness.frontend.compose import hydra_problem, to_config
+        from harness.frontend.compose import to_config
+        from harness.frontend.errors import hydra_problem
         from harness.config import ConfigError, check_values
 
         try:
