@@ -1,5 +1,6 @@
 """The default sweeper (`hydra/sweeper: harness`, registered by hydra_plugins/harness_sweeper):
-Hydra's basic sweeper, plus two things.
+a sweep's points as Hydra's basic sweeper makes them (the product of every key's values), plus
+two things. Built on Hydra's public plugin API (hydra.plugins.sweeper.Sweeper, hydra.core).
 
 1. Every point is checked before the first job runs: composed, typed (`to_config`) and planned
    (`plan.make_plan`, which raises ConfigError in one line). A sweep with points that cannot
@@ -10,8 +11,8 @@ Hydra's basic sweeper, plus two things.
    (defaults list, every YAML file, the merge: ~0.1 s) and the basic sweeper does it twice per
    job (once to check the batch, once to launch it). Points that differ from one already
    composed only in plain `key=value` overrides (not a config group, not `+`/`~`, not
-   `hydra.*`) are that config, copied, with those values set as Hydra sets them; the rest are
-   composed by Hydra. Both give the same config (tests/test_cli.py compares them).
+   `hydra.*`) are that config, copied, with those values set as Hydra sets them (OmegaConf.update);
+   the rest are composed by Hydra. Both give the same config (tests/test_cli.py compares them).
 
 Imported by Hydra's plugin scan at every start (tab completion included): heavy imports
 (torch, the planner) happen inside `sweep`.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import copy
 import functools
 import gc
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -34,7 +36,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness.frontend import signals
-from harness.frontend.hydra_compat import BasicSweeper, apply_overrides, get_overrides_dirname, runs_jobs_here, untested_hydra
+from harness.frontend.hydra_compat import BASIC_LAUNCHER_LOGGER, runs_jobs_here, untested_hydra
 
 _POINT_IDS: dict[tuple[str, int], str] = {}  # (sweep dir, job number) -> its point's identity, for jobs in this process
 FULL_ERRORS_ENV = "HARNESS_FULL_ERRORS"  # "1": this run shows whole errors (set by harness.frontend.cli)
@@ -51,6 +53,7 @@ class FastComposer:
         self._parser = OverridesParser.create()
         self._templates: dict[tuple, tuple[DictConfig, list[Override]]] = {}
         self._kept: dict[tuple, DictConfig] = {}
+        self._groups = set(loader.list_groups(""))  # top-level config groups: `model=gpt` is no value
         self.composed = self.copied = 0  # how many of each (tests, timing)
 
     KEEP = 256  # checked configs kept for launch; a larger sweep composes the rest again (cheaply)
@@ -68,8 +71,7 @@ class FastComposer:
     def _plain(self, o: Override) -> bool:
         """A value override that changes nothing but the value it sets."""
         return (o.type == OverrideType.CHANGE and o.package is None and not o.is_hydra_override()
-                and not o.is_sweep_override() and "/" not in o.key_or_group
-                and not self._loader.repository.group_exists(o.key_or_group))
+                and not o.is_sweep_override() and "/" not in o.key_or_group and o.key_or_group not in self._groups)
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: Sequence[str]) -> DictConfig:
         overrides = list(sweep_overrides)
@@ -94,17 +96,37 @@ class FastComposer:
     def _copy(self, master: DictConfig, base: DictConfig, parsed: list[Override],
               changed: list[Override]) -> DictConfig:
         cfg = copy.deepcopy(base)
-        apply_overrides(changed, cfg)  # as composition applies them
+        for o in changed:  # as composition sets a plain value
+            OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
         app = [o for o in parsed if not o.is_hydra_override()]
         with open_dict(cfg.hydra), read_write(cfg.hydra):
             cfg.hydra.overrides.task = [o.input_line for o in app]
             od = cfg.hydra.job.config.override_dirname
-            cfg.hydra.job.override_dirname = get_overrides_dirname(overrides=app, kv_sep=od.kv_sep,
-                                                                   item_sep=od.item_sep,
-                                                                   exclude_keys=od.exclude_keys)
+            cfg.hydra.job.override_dirname = override_dirname(app, od.exclude_keys, od.item_sep, od.kv_sep)
         OmegaConf.copy_cache(from_config=master, to_config=cfg)
         self.copied += 1
         return cfg
+
+
+def override_dirname(overrides: list[Override], exclude_keys: Sequence[str], item_sep: str, kv_sep: str) -> str:
+    """hydra.job.override_dirname as Hydra makes it: the overrides sorted, joined, `=` as kv_sep."""
+    lines = sorted(str(o.input_line) for o in overrides if o.key_or_group not in exclude_keys)
+    return item_sep.join(lines).replace("=", kv_sep)
+
+
+def expand(parsed: list[Override]) -> list[list[str]]:
+    """Every point of a sweep, as Hydra's basic sweeper makes them: the product of each key's
+    values (`a=1,2 b=range(3)`), keys in the order they first appear, the last given winning."""
+    from harness.config import ConfigError
+
+    values: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override() and not o.is_discrete_sweep():
+            raise ConfigError(f"{o.input_line}: not a list of values (allowed: key=a,b, choice(a,b), range(1,4))")
+        values[key] = ([f"{key}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else
+                       [f"{key}={o.get_value_element_as_str()}"])
+    return [list(p) for p in itertools.product(*values.values())]
 
 
 def shown(point: Sequence[str], varying: set[int]) -> str:
@@ -113,33 +135,29 @@ def shown(point: Sequence[str], varying: set[int]) -> str:
     return " ".join(picked) or "defaults"
 
 
-class Sweeper(BasicSweeper):
-    """See the module's doc. Hydra instantiates it as hydra_plugins.harness_sweeper.HarnessSweeper."""
+class Sweeper(HydraSweeper):
+    """See the module's doc. Hydra instantiates it as hydra_plugins.harness_sweeper.HarnessSweeper,
+    with hydra.sweeper's keys (harness/conf/hydra/sweeper/harness.yaml, as the basic sweeper's)."""
 
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
-        # BasicSweeper.__init__'s own, without its super(BasicSweeper, self): Hydra's plugin scan
-        # re-executes hydra._internal.core_plugins, which rebinds that name to a new class when
-        # this module was imported first (a test, a callback)
-        HydraSweeper.__init__(self)
-        self.overrides = None
-        self.batch_index = 0
-        self.max_batch_size = max_batch_size
-        self.params = params or {}
-        self.hydra_context = None
-        self.config = None
-        self.launcher = None
+        self.max_batch_size = max_batch_size  # jobs handed to a launcher at once (those in this process: 1)
+        self.params = params or {}  # a preset's swept keys (hydra.sweeper.params), before the command line's
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Any = None
         self._hydra_set = False
         self.job_dirs: dict[int, Path] = {}  # point -> its job directory (checked points)
         self.asked: dict[int, tuple[dict, dict]] = {}  # resume=true: point -> (planned config, provenance)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.composer = FastComposer(hydra_context.config_loader)
-        super().setup(hydra_context=HydraContext(config_loader=self.composer,  # type: ignore[arg-type]
-                                                 callbacks=hydra_context.callbacks),
-                      task_function=task_function, config=config)
+        from hydra.core.plugins import Plugins
 
-    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        """Every point was composed and planned before the first job (`sweep`)."""
+        self.composer = FastComposer(hydra_context.config_loader)
+        self.hydra_context = HydraContext(config_loader=self.composer,  # type: ignore[arg-type]
+                                          callbacks=hydra_context.callbacks)
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=self.hydra_context,
+                                                                task_function=task_function, config=config)
 
     def problem(self, index: int, point: Sequence[str], cuda: Callable[[], int]) -> str | None:
         """Why this point cannot run (one line), or None. What the schema alone refuses is
@@ -192,9 +210,15 @@ class Sweeper(BasicSweeper):
         if problem := untested_hydra():
             print(f"harness: error: {problem}", file=sys.stderr, flush=True)
             sys.exit(2)
-        params = self._parse_config() + list(arguments)
+        from harness.config import ConfigError
+
+        params = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         parsed = OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(params)
-        points = [p for batch in self.split_arguments(parsed, None) for p in batch]
+        try:
+            points = expand(parsed)
+        except ConfigError as e:
+            print(f"harness: error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
         points = repeated(points, OmegaConf.select(self.config, "repeats", default=1))
         varying = {i for i in range(len(points[0]) if points else 0) if len({p[i] for p in points}) > 1}
 
@@ -218,7 +242,6 @@ class Sweeper(BasicSweeper):
                   file=sys.stderr, flush=True)
 
         from harness.job import rerun_statuses
-        from harness.config import ConfigError
         from harness.records.locks import Busy, DirLock
 
         try:
@@ -436,7 +459,7 @@ class _one_launch_line:
     """While jobs are launched one at a time (each under its directory's lock), Hydra's basic
     launcher says "Launching 1 jobs locally" before each: said once for all of them instead."""
 
-    LOGGER = "hydra._internal.core_plugins.basic_launcher"
+    LOGGER = BASIC_LAUNCHER_LOGGER
 
     def __init__(self, jobs: int | None) -> None:
         self.jobs = jobs
