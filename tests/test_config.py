@@ -87,3 +87,56 @@ def test_the_size_check_counts_this_machine_in_the_runs_dtype_after_global_batch
     validate(config(microbatch_size=big))
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     validate(config(microbatch_size=big, executor="sim"))
+
+
+# --- the command line's overrides against the schema (harness/frontend/errors.py) -----------------
+
+GOOD_OVERRIDES = ["pp=2", "model=custom", "model.kwargs.depth=3", "+model.kwargs.width=4", "+global_batch=8",
+                  "microbatches=${pp}", "wandb.mode=disabled", "hydra/launcher=slurm", "hydra.launcher.partition=x",
+                  "hydra.job.chdir=true", "hydra.job.env_set.X=1", "cluster=h200_node", "cluster.nodes=2",
+                  "cluster.overhead.action_s.4=0.001", "clock_skew_s=[0,0.5]", "fault='raise@rank1,step2'",
+                  "schedule=csv", "schedule.csv_path=x.csv", "timeout_s=null", "experiment=bubble", "~profile",
+                  "optimizer=adamw", "optimizer.betas=[0.9,0.95]", "lr=1e-3", "seed=3", "wandb={mode:disabled}"]
+
+
+def test_the_schema_takes_every_kind_of_good_override():
+    """Checked only when composition failed; a good override here must never take the blame."""
+    from harness.frontend.errors import check_overrides
+
+    check_overrides(GOOD_OVERRIDES)
+    check_overrides(["pp=2,4", "model=gpt,mlp"], sweep=True)
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["pp=abc"], "pp=abc: must be an integer"),
+    (["pp=null"], "pp=null: must be an integer"),
+    (["lr=fast"], "lr=fast: must be a number"),
+    (["optimizer=sgd", "optimizer.betas=[0.9,0.95]"], "optimizer.betas=[0.9,0.95]: not a key of optimizer=sgd (it is "
+                                                      "optimizer=adamw's)"),
+    (["model.heads=2"], None),  # the model is a preset's or the default: its keys are not judged here
+    (["modle.hidden=3"], "modle.hidden=3: unknown key (did you mean model.hidden?)"),
+    (["+seed=3"], "+seed=3: seed is already set: drop the + to change it"),
+    (["pp=2,4"], "pp=2,4: several values need -m to sweep them"),
+    (["pp=range(1,3)"], "pp=range(1,3): a sweep (allowed with -m only)"),
+    (["hydra.jobs.chdir=true"], "hydra.jobs.chdir=true: unknown Hydra key"),
+    (["microbatches=${model.hiden}"], "microbatches=${model.hiden}: no key model.hiden to interpolate"),
+    (["pp=[1,"], "pp=[1,: not an override Hydra can parse"),
+])
+def test_a_bad_override_is_named_by_the_schema(overrides, expected):
+    from harness.frontend.errors import check_overrides
+
+    if expected is None:
+        check_overrides(overrides)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_overrides(overrides)
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value)
+
+
+def test_the_key_composition_stopped_at_is_explained_first():
+    """`pp=abc` fails composition; `+modle.x=1` before it is wrong too (added, so refused only
+    once composed), but Hydra's typed error names pp: that is the one said."""
+    from harness.frontend.compose import compose_config
+
+    with pytest.raises(ConfigError, match=r"^pp=abc: must be an integer$"):
+        compose_config(["+modle.x=1", "pp=abc"])

@@ -60,13 +60,6 @@ def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | 
     return None
 
 
-def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
-    """`key: old -> new` for every setting that changes what runs (run control excluded)."""
-    from harness.job import config_diff as diff
-
-    return diff(stored, asked, prefix)
-
-
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
     signals.ensure()  # SIGTERM ends a job like Ctrl-C (harness/frontend/signals.py)

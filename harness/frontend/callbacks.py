@@ -4,7 +4,6 @@ console and in <sweep dir>/sweep.log) and its closing summary and exit status.""
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -23,16 +22,15 @@ from harness.records.locks import SWEEP_RECORD
 
 
 def sweep_size(config: DictConfig) -> int | None:
-    """Jobs in the sweep: the product of the number of values of each swept key, the
-    command line's overriding the preset's (hydra.sweeper.params). None if unknown."""
+    """Jobs in the sweep: its points as harness's sweeper makes them (the preset's
+    hydra.sweeper.params, then the command line's). None if unknown."""
+    from harness.frontend.sweeper import expand
+
     try:
         preset = config.hydra.sweeper.get("params")
         params = OmegaConf.to_container(preset) if preset else {}
         values = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-        counts: dict[str, int] = {}
-        for o in OverridesParser.create().parse_overrides(values):
-            counts[o.get_key_element()] = len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
-        return math.prod(counts.values())
+        return len(expand(OverridesParser.create().parse_overrides(values)))
     except Exception:  # noqa: BLE001 - progress is a nicety; a sweeper it cannot read just shows no total
         return None
 

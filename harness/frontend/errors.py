@@ -21,7 +21,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException,
                               ValidationError)
 
-from harness.config import BASES, OPTIONS, Config, ConfigError, option_class, schema_keys, unknown_key, what_fits
+from harness.config import OPTIONS, Config, ConfigError, option_class, schema_keys, unknown_key, what_fits
 
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 # a plain ${key} in a value as the user wrote it (a resolver's ${name:...} is not a key)
@@ -100,7 +100,7 @@ def fits(hint: Any, value: Any) -> bool:
     if hint is Any:
         return True
     try:
-        _holder(hint).value = value
+        OmegaConf.merge(_holder(hint), {"value": value})  # OmegaConf.update(..., merge=True), as composition
     except ValidationError:
         return False
     except OmegaConfBaseException:
