@@ -94,10 +94,10 @@ advise: venv ## Predict the best pipeline for a model on a cluster (ADVISE_ARGS;
 	$(PY) -m harness.advise $(ADVISE_ARGS)
 
 advise-validate: venv ## Predicted against measured on this machine (cluster=here): reports/advise_validation/
-	$(PY) -m harness.advise.validate --out reports/advise_validation
+	$(PY) -m tools.advise_validate --out reports/advise_validation
 
 calibrate: venv ## Measure this machine as cluster=here (harness/conf/cluster/here.yaml); on a quiet machine
-	$(PY) -m harness.advise.calibrate
+	$(PY) -m tools.calibrate
 
 gpu-check: ## On a CUDA machine: every GPU test and figure, one script (PY=python3 where there is no .venv)
 	PY=$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.sh

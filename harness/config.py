@@ -218,7 +218,7 @@ class LinkConfig:
 @dataclass
 class OverheadConfig:
     """What an executor adds to the modeled costs (measured on cluster=here by
-    harness.advise.calibrate; zero where nothing was measured): priced so predictions hold for
+    tools/calibrate.py, make calibrate; zero where nothing was measured): priced so predictions hold for
     real runs. Each table: ranks on the host -> seconds, linear between the measured counts
     (ranks beyond the cores share them, so every figure grows with the ranks); empty: zero."""
 

@@ -464,7 +464,7 @@ def test_memory_limits_are_read_apart_or_comma_separated_and_bad_ones_are_one_li
 def test_predictions_hold_on_this_machine_small(tmp_path):
     """Three emulated replays of the H200 GPT-2 profile, each predicted within 10% of its
     measured step, and the fastest predicted measured fastest."""
-    from harness.advise.validate import validate
+    from tools.advise_validate import validate
 
     res = validate(["cluster=here"], tmp_path, repeats=1, groups=("emulated",), small=True, log=lambda m: None)
     for r in res["points"]:
@@ -483,7 +483,7 @@ def test_predictions_hold_on_the_whole_grid(tmp_path):
     the predicted top 5 in the measured order (Spearman >= 0.9, points the measurement cannot
     order taken as predicted), the emulated grid's whole order (Spearman >= 0.9 over 30
     points), and the search's top point measured faster than the grid's median point."""
-    from harness.advise.validate import validate
+    from tools.advise_validate import validate
 
     res = validate(["cluster=here"], tmp_path, log=lambda m: None)
     for r in res["points"]:
@@ -499,7 +499,7 @@ def test_a_point_whose_runs_disagree_runs_again(tmp_path, monkeypatch):
     its runs settle, and its measured step is the undisturbed one; the rule reads the runs, not
     the prediction. Runs and host measurements are faked: this checks the bookkeeping, not the
     machine."""
-    from harness.advise import validate as v
+    from tools import advise_validate as v
 
     calls: list[tuple[str, int]] = []
 
@@ -526,7 +526,7 @@ def test_a_real_points_backward_is_priced_at_its_own_m(tmp_path):
     """A step's first B creates the gradients, the rest add into them (2 ms against 3 ms here):
     the profile job (M=4) measures a mean B of 2.75 ms; a point at M=8 is priced at 2.875 ms, at
     M=16 at 2.9375, each the median over the rounds' profiles."""
-    from harness.advise.validate import median_profile
+    from tools.advise_validate import median_profile
 
     paths = []
     for i, rest in enumerate((3e-3, 3e-3, 9e-3)):  # the third, a busy round's, is outvoted
@@ -542,7 +542,7 @@ def test_a_real_points_backward_is_priced_at_its_own_m(tmp_path):
 def test_step_medians_split_a_steps_first_backward(tmp_path):
     """Per-action seconds of a typical step from a trace: the median over steps (a burst in one
     step does not move it), a step's first B apart from its others."""
-    from harness.advise.calibrate import step_medians
+    from tools.calibrate import step_medians
 
     def x(step, kind, mb, ms, stage=0):
         return {"ph": "X", "name": f"{stage}{kind}{mb}", "cat": "compute", "tid": stage, "ts": 0.0, "dur": ms * 1e3,
@@ -557,7 +557,7 @@ def test_step_medians_split_a_steps_first_backward(tmp_path):
 
 
 def test_points_closer_than_the_resolution_are_tied():
-    from harness.advise.validate import spearman, tied_ranks
+    from tools.advise_validate import spearman, tied_ranks
 
     assert tied_ranks([9.95, 10.0, 8.0, 7.0], 0.01) == [1, 2, 3, 4]  # within the resolution: the given order
     assert tied_ranks([9.95, 10.0, 8.0, 7.0], 0.0) == [2, 1, 3, 4]

@@ -11,7 +11,8 @@ prediction.
 
 Modules: problem.py (the command line to a Problem), search.py (the space, one point's
 prediction, the ranking), report.py (the files), page.py (the page as report blocks),
-figure.py (advice.png), bubble.py (the recommended point's bubble in parts), calibrate.py (cluster=here, measured),
-validate.py (predicted against measured on this machine), derive.py (the 70B example's derived
-one-block profile), __main__.py (the CLI).
+figure.py (advice.png), bubble.py (the recommended point's bubble in parts), derive.py (the 70B
+example's derived one-block profile), __main__.py (the CLI). Run by hand, outside the package:
+tools/calibrate.py (`make calibrate`: cluster=here, measured) and tools/advise_validate.py
+(`make advise-validate`: predicted against measured on this machine).
 """

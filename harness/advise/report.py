@@ -65,7 +65,7 @@ def assumptions(p: Problem, r: Result | None = None) -> list[str]:
     ]
     o = cl.overhead
     if any(getattr(o, k) for k in OVERHEAD_TABLES):
-        out.append(f"executor overhead (measured by calibrate.py, by ranks on the host): seconds per emulated action "
+        out.append(f"executor overhead (measured by tools/calibrate.py, by ranks on the host): seconds per emulated action "
                    f"{o.action_s}, posting a send {o.send_s}, a receive already arrived {o.recv_s}, the rest of a hop "
                    f"{o.hop_s}, a gradient sync beyond the ring model {o.allreduce_s}, per step {o.step_s}; real "
                    f"compute's F and B over the profile's x{o.real_fwd_scale}, x{o.real_bwd_scale}")

@@ -1,4 +1,4 @@
-"""`python -m harness.advise.calibrate [--out harness/conf/cluster/here.yaml]`: measure this
+"""`python -m tools.calibrate [--out harness/conf/cluster/here.yaml]`: measure this
 machine as a cluster (`cluster=here`), so predictions for it use its real figures.
 
 What is measured (each fitted figure written with the raw points beside it):
@@ -11,7 +11,7 @@ What is measured (each fitted figure written with the raw points beside it):
 - what the harness's native executor adds to the modeled costs, from real jobs
   (harness.job.run_job) of the workload the advisor predicts here, the H200 GPT-2 profile
   replayed on the tiny stand-in GPT (+scenario=h200_emulated, compute=emulated), at 2, 4 and
-  8 ranks (EXECUTOR_POINTS; none of them in validate.py's grid): per action (measured mean
+  8 ranks (EXECUTOR_POINTS; none of them in advise_validate.py's grid): per action (measured mean
   F/B/I/W minus modeled), posting a send (the trace's send slices), each DDP sync beyond the
   ring model (metrics.dp_sync_s minus it: replicas reaching the sync at different times), and,
   fitted to the step times, a receive's cost (with the measured hop, metrics.p2p_hop_s, split
@@ -131,10 +131,10 @@ def memory_bandwidth() -> float:
 
 
 # -- the executor ----------------------------------------------------------------------------
-REAL_MLP = {"model.name": "mlp", "model.layers": 8, "model.hidden": 1024}  # validate.py's real-compute model
+REAL_MLP = {"model.name": "mlp", "model.layers": 8, "model.hidden": 1024}  # advise_validate.py's real-compute model
 REAL_B = 16
-REAL_SIZES = (8, 16)  # the real group's microbatch sizes (validate.py)
-# inrun_profile's M (and validate.py's 2-rank job's): no real grid point's (8 and 16), and
+REAL_SIZES = (8, 16)  # the real group's microbatch sizes (advise_validate.py)
+# inrun_profile's M (and advise_validate.py's 2-rank job's): no real grid point's (8 and 16), and
 # enough that a step's steady state decides its typical action. The first actions after the
 # optimizer step run slower (a 2-rank 1F1B step's third B up to 15%): at M=4, nearly all of them.
 PROFILE_MICROBATCHES = 12
@@ -151,7 +151,7 @@ def _config(**kw):
 
 # The executor's overheads are measured on the workload the advisor predicts here: the H200
 # GPT-2 profile replayed on the tiny stand-in GPT (+scenario=h200_emulated) at STAND_IN_SCALE.
-# These points are not in validate.py's grid (it searches global batch 16; these are 8 and 4).
+# These points are not in advise_validate.py's grid (it searches global batch 16; these are 8 and 4).
 STAND_IN_SCALE = 6.0
 STAND_IN = ["+scenario=h200_emulated", f"cost.time_scale={STAND_IN_SCALE}", "partition=profile", "wandb.mode=disabled"]
 EXECUTOR_POINTS = (  # (schedule, pp, dp, M, B)
@@ -169,7 +169,7 @@ def measure_executor(tmp: Path, repeats: int = 2, log=print) -> dict:
         for name, pp, dp, m, b in EXECUTOR_POINTS:
             row = executor_job(name, pp, dp, m, b, tmp / f"emu_{name}_{pp}x{dp}_m{m}_{rep}")
             rows.append(row)
-            log(f"harness.advise.calibrate: {name} pp={pp} dp={dp} M={m}: step {row['step_s'] * 1e3:.1f} ms, "
+            log(f"tools.calibrate: {name} pp={pp} dp={dp} M={m}: step {row['step_s'] * 1e3:.1f} ms, "
                 f"action +{row['action_excess_s'] * 1e3:.3f} ms, send {(row['send_s'] or 0) * 1e3:.3f} ms, hop "
                 f"{(row['measured_hop_s'] or 0) * 1e3:.3f} ms, sync {(row['dp_sync_s'] or 0) * 1e3:.2f} ms")
     return {"runs": rows}
@@ -219,7 +219,7 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
         t = step_medians(work / f"inrun_profile_b{b}" / "trace.json", c.warmup_steps, 0)
         by[str(b)] = {"fwd_s": t["F"] / L, "bwd_s": t["B"] / L, "bwd_first_s": t["B_first"] / L,
                       "bwd_rest_s": t["B_rest"] / L, "microbatches": PROFILE_MICROBATCHES}
-        log(f"harness.advise.calibrate: in-run profile B={b}: F {by[str(b)]['fwd_s'] * 1e3:.3f} ms, B "
+        log(f"tools.calibrate: in-run profile B={b}: F {by[str(b)]['fwd_s'] * 1e3:.3f} ms, B "
             f"{by[str(b)]['bwd_s'] * 1e3:.3f} ms per layer")
     from harness.model.built import BuiltModel
 
@@ -292,7 +292,7 @@ def measure_real(tmp: Path, repeats: int = 2, log=print) -> dict:
         for pp in (1, 2):
             row = real_scales(path, pp, 8, REAL_B, tmp / f"real_{pp}_{rep}")
             rows.append(row)
-            log(f"harness.advise.calibrate: real pp={pp}: step {row['step_s'] * 1e3:.1f} ms, F x"
+            log(f"tools.calibrate: real pp={pp}: step {row['step_s'] * 1e3:.1f} ms, F x"
                 f"{row['fwd_scale']:.2f}, B x{row['bwd_scale']:.2f} the in-run profile's")
     return {"runs": rows}
 
@@ -349,7 +349,7 @@ def here_cluster(comm: dict, membw: float, tables: dict, raw: dict) -> dict:
     return {
         "name": "here",
         "description": f"this machine ({platform.node()}): {cores} CPU cores, ranks are processes over gloo",
-        "source": f"python -m harness.advise.calibrate, {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}",
+        "source": f"python -m tools.calibrate, {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}",
         "device": "cpu",
         "gpus_per_node": 16,  # Config.max_processes: ranks one harness forks here
         "nodes": 1,
@@ -375,7 +375,7 @@ def fit_tables(executor: dict, real: dict, base: dict) -> dict:
     the per-step constant, by least squares of the relative error over that world's jobs."""
     from harness.frontend.compose import cluster_from_dict, config_from_dict
 
-    from .search import predict
+    from harness.advise.search import predict
 
     parsed: dict[int, object] = {}  # each run's config, parsed once (the fit prices every run ~60 times)
 
@@ -436,7 +436,7 @@ def _yaml(d: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.advise.calibrate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.calibrate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=CONF, help="the cluster preset to write (default: cluster=here)")
     ap.add_argument("--repeats", type=int, default=2, help="each executor job this many times")
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     load0 = load_average()
     log = lambda m: print(m, flush=True)  # noqa: E731
-    log("harness.advise.calibrate: gloo point to point and all-reduce between two processes")
+    log("tools.calibrate: gloo point to point and all-reduce between two processes")
     comm = measure_comm()
     membw = memory_bandwidth()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -459,22 +459,22 @@ def main(argv: list[str] | None = None) -> int:
     tables = fit_tables(executor, real, base)
     cluster = here_cluster(comm, membw, tables, raw)
     cluster["calibrated"]["load_average_after"] = load_average()
-    header = ("# @package cluster\n# This machine, measured by `python -m harness.advise.calibrate` "
+    header = ("# @package cluster\n# This machine, measured by `python -m tools.calibrate` "
               f"({time.strftime('%Y-%m-%d %H:%M')}, {cluster['description']}).\n"
               "# intra/inter: gloo point to point between two local processes (ping-pong, least squares\n"
               "# latency + bytes / bandwidth); allreduce_intra: gloo all-reduce of two processes, the ring model;\n"
               "# overhead: what the native executor adds to modeled costs, by ranks on the host (see\n"
-              "# harness/advise/calibrate.py); calibrated: the raw points. Load average before/after: "
+              "# tools/calibrate.py); calibrated: the raw points. Load average before/after: "
               f"{load0} / {cluster['calibrated']['load_average_after']}.\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + _yaml(cluster))
     o = cluster["overhead"]
-    log(f"harness.advise.calibrate: p2p {cluster['intra']['latency_s'] * 1e6:.0f} us + "
+    log(f"tools.calibrate: p2p {cluster['intra']['latency_s'] * 1e6:.0f} us + "
         f"{cluster['intra']['bandwidth_Bps'] / 1e9:.2f} GB/s, all-reduce {cluster['allreduce_intra']['latency_s'] * 1e6:.0f}"
         f" us/step + {cluster['allreduce_intra']['bandwidth_Bps'] / 1e9:.2f} GB/s, memory {membw / 1e9:.1f} GB/s; "
         f"executor by ranks: action {o['action_s']}, hop {o['hop_s']}, sync {o['allreduce_s']}, step {o['step_s']}, "
         f"real F x{o['real_fwd_scale']}, B x{o['real_bwd_scale']}")
-    log(f"harness.advise.calibrate: wrote {args.out}")
+    log(f"tools.calibrate: wrote {args.out}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`python -m harness.advise.validate --out reports/advise_validation/`: hold the advisor's
+"""`python -m tools.advise_validate --out reports/advise_validation/`: hold the advisor's
 predictions against measurement on this machine (cluster=here).
 
 The grid is two searches the advisor itself makes on cluster=here, every point of which is then
@@ -34,10 +34,9 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from harness.advise.search import AdviseError, Point, Problem, Space, predict, search
 from harness.config import Config
-
-from .calibrate import REAL_MLP, REAL_SIZES, STAND_IN, load_average
-from .search import AdviseError, Point, Problem, Space, predict, search
+from tools.calibrate import REAL_MLP, REAL_SIZES, STAND_IN, load_average
 
 EMULATED_OVERRIDES = STAND_IN  # the H200 profile x cost.time_scale: the stand-in's real math stays inside each action
 EMULATED_BATCH = 16
@@ -113,7 +112,7 @@ def host_profile(b: int, worlds: set[int], work: Path) -> tuple[Path, dict[int, 
     (calibrate.inrun_profile: pp=1), and for each world of 2 ranks or more, how much slower an
     action runs with that many ranks on the cores than alone (calibrate.real_scales: 1F1B), both
     at M=12 (calibrate.PROFILE_MICROBATCHES): global batches of 96 and 192, no grid point's."""
-    from .calibrate import PROFILE_MICROBATCHES, inrun_profile, real_scales
+    from tools.calibrate import PROFILE_MICROBATCHES, inrun_profile, real_scales
 
     path = inrun_profile(work.with_name(work.name + "_profile.json"), work.with_name(work.name + "_profile"),
                          (b,), lambda m: None, steps=PROFILE_STEPS)
@@ -124,7 +123,7 @@ def host_profile(b: int, worlds: set[int], work: Path) -> tuple[Path, dict[int, 
 def executor_point(pt: Point) -> tuple:
     """The calibrate job (calibrate.EXECUTOR_POINTS, a global batch of 8 or 4: never a grid
     point) that measures what the executor adds to `pt`'s actions: the same pp, dp and B."""
-    from .calibrate import EXECUTOR_POINTS
+    from tools.calibrate import EXECUTOR_POINTS
 
     return min(EXECUTOR_POINTS, key=lambda x: ((x[1], x[2]) != (pt.pp, pt.dp), x[4] != pt.microbatch_size,
                                                x[1] * x[2] != pt.pp * pt.dp))
@@ -134,7 +133,7 @@ def host_executor(job: tuple, work: Path) -> float:
     """What the native executor adds to each emulated action, measured by calibrate's `job`. On
     this VM it moved from 0.2 ms to 1.5-4 ms in a busy hour (the stand-in's real math outgrowing
     the modeled cost), so a figure from hours before would measure the host, not the prediction."""
-    from .calibrate import executor_job
+    from tools.calibrate import executor_job
 
     return executor_job(*job, work)["action_excess_s"]
 
@@ -184,7 +183,7 @@ def median_profile(paths: list[Path], out: Path, microbatches: int) -> Path:
             job_mean = (t["bwd_first_s"] + (t["microbatches"] - 1) * t["bwd_rest_s"]) / t["microbatches"]
             layer["by_microbatch"][b] = {**t, "bwd_s": t["bwd_s"] * step_mean / job_mean}
     merged["measurement"] += (f"; the median of {len(runs)} such profiles, measured in the rounds of a validation, "
-                              f"its B the mean over a step of M={microbatches} (validate.py)")
+                              f"its B the mean over a step of M={microbatches} (advise_validate.py)")
     out.write_text(json.dumps(merged, indent=1))
     return out
 
@@ -195,7 +194,7 @@ def run_point(group: str, problem, pt: Point, d: Path, rep: int, log) -> list[fl
     r = run_job(_config(problem, pt), d, "validate", pt.label())
     if r.status != "ok":
         raise AdviseError(f"validation run {group} {pt.label()}: {r.status}: {r.error}")
-    log(f"harness.advise.validate: {group} {pt.label()} (repeat {rep}): step {r.metrics.step_time_s * 1e3:.1f} ms")
+    log(f"tools.advise_validate: {group} {pt.label()} (repeat {rep}): step {r.metrics.step_time_s * 1e3:.1f} ms")
     return r.metrics.step_times_s
 
 
@@ -226,7 +225,7 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
     per-action executor cost; a real point's profile and, at 2 ranks, its slow-down); a
     prediction uses the median over the rounds. The real grid is what the search ranks on a
     first profile (every point fits either way)."""
-    from .problem import build_problem
+    from harness.advise.problem import build_problem
 
     work = out / "runs" if work is None else work
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +238,7 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
         pts = list(SMALL) if small else [x.point for x in search(problem, EMULATED_SPACE).fitting]
         grids["emulated"] = (problem, pts)
     if "real" in groups and not small:
-        from .calibrate import inrun_profile
+        from tools.calibrate import inrun_profile
 
         first = inrun_profile(work / "grid_profile.json", work / "grid_profile", REAL_B, lambda m: None)
         problem = build_problem([*REAL_MODEL, f"profile={first}", *cluster], REAL_BATCH)
@@ -293,7 +292,7 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
     while unsettled := [(g, i, pt) for g, (_, pts) in grids.items() for i, pt in enumerate(pts)
                         if robust_se(per_run[(g, pt)]) > SETTLED_SE[g] and len(per_run[(g, pt)]) < MAX_RUNS[g]]:
         for group, _, pt in unsettled:
-            log(f"harness.advise.validate: {group} {pt.label()}: its runs disagree "
+            log(f"tools.advise_validate: {group} {pt.label()}: its runs disagree "
                 f"(standard error {robust_se(per_run[(group, pt)]):.1%}), one more")
         run_round(unsettled)
     rows = []
@@ -403,7 +402,7 @@ def figure(rows: list[dict], path: Path) -> None:
 
 def markdown(res: dict) -> str:
     lines = ["# Predicted against measured (cluster=here)", "",
-             f"Regenerate: `make advise-validate` (`python -m harness.advise.validate`; cluster {res['cluster']}: "
+             f"Regenerate: `make advise-validate` (`python -m tools.advise_validate`; cluster {res['cluster']}: "
              f"{res['cluster_source']}). "
              f"Runs per point, interleaved: {', '.join(f'{g} {n}' for g, n in res['repeats'].items())}, and up to "
              f"{', '.join(f'{g} {MAX_RUNS[g]}' for g in res['repeats'])} where a point's runs disagreed (a standard "
@@ -435,7 +434,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.advise.validate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.advise_validate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", default=["cluster=here"], help="cluster=<preset> (default here)")
     ap.add_argument("--out", type=Path, default=Path("reports/advise_validation"))
@@ -450,13 +449,13 @@ def main(argv: list[str] | None = None) -> int:
         res = validate(args.overrides, args.out, args.repeats, tuple(args.groups), args.small,
                        lambda m: print(m, flush=True), args.work, args.real_repeats)
     except AdviseError as e:
-        print(f"harness.advise.validate: error: {e}", file=sys.stderr)
+        print(f"tools.advise_validate: error: {e}", file=sys.stderr)
         return 2
     for group, s in res["summary"].items():
-        print(f"harness.advise.validate: {group}: {s['within_10pct']}/{s['points']} within 10% (largest "
+        print(f"tools.advise_validate: {group}: {s['within_10pct']}/{s['points']} within 10% (largest "
               f"{s['max_abs_error']:.1%}), Spearman {s['spearman_all']:.3f}, top 5 {s['spearman_top5']:.3f} "
               f"({s['spearman_top5_ties']:.3f} with ties within {s['resolution']:.1%})")
-    print(f"harness.advise.validate: wrote {args.out / 'validation.md'}")
+    print(f"tools.advise_validate: wrote {args.out / 'validation.md'}")
     return 0
 
 
