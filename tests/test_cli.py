@@ -322,6 +322,19 @@ def test_the_console_script_runs_elsewhere_with_relative_paths(tmp_path):
     assert [(r["status"], r["config"]["profile"]) for r in records] == [("ok", str(tmp_path / "p.json"))]
 
 
+@pytest.mark.subprocess
+def test_a_refusal_never_imports_torch(tmp_path):
+    """`python -m harness pp=0 hydra.run.dir=.` in a fresh interpreter refuses in one line, exit 2, without
+    importing torch (what keeps --help and a refusal under a second; how fast is make bench's:
+    tests/bench/test_bench_cli.py, which also runs --help and tab completion)."""
+    from tests.bench.test_bench_cli import CASES, run
+
+    args, code = CASES["refusal"]
+    p = run(args, tmp_path)
+    assert p.returncode == code and p.stderr.startswith("harness: error: "), p.stderr[-2000:]
+    assert "TORCH False" in p.stderr, p.stderr[-2000:]
+
+
 def test_make_sweeps_job_directory_override_parses(tmp_path, run_harness):
     """The `hydra.sweep.subdir=` make sweep passes its later parts (Makefile SUBDIR), as the
     shell hands it over: Hydra's grammar takes a nested interpolation only when quoted."""

@@ -17,6 +17,7 @@ from harness.job import run_job
 from harness.planning.plan import make_plan
 from harness.measure.reference import reference_losses
 from harness.records.result import read
+from tests.jitter import bubble_allowance, oversleep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +71,9 @@ def test_dp_sync_is_not_bubble(tmp_path, config):
             if e["tid"] == sync["tid"] and e["args"]["kind"] in "FB" and e["args"]["step"] == sync["args"]["step"]:
                 assert e["ts"] + e["dur"] <= sync["ts"] + 1e-3  # us; compute ends before its sync starts
     b = result.metrics.bubble
-    assert abs(b.measured - b.theory) < 0.06, b
+    share = oversleep(c, result.metrics)  # a busy machine's part (tests/jitter.py); ~0 on a quiet one
+    allowed = bubble_allowance(0.06, b.theory, share)
+    assert abs(b.measured - b.theory) < allowed, (b, f"oversleep {share:.3f}, allowed {allowed:.3f}")
 
 
 @pytest.mark.dist

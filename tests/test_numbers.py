@@ -11,6 +11,7 @@ import pytest
 from harness.config import ConfigError
 from harness.job import run_job
 from harness.planning.plan import make_plan
+from tests.jitter import oversleep, stretch
 
 EMULATED = {"compute": "emulated", "cost.fwd_ms_per_layer": 10.0, "model.layers": 4}
 
@@ -39,27 +40,34 @@ def test_a_profile_is_interpolated_between_its_sizes_and_extrapolation_is_noted(
 
 @pytest.mark.dist
 def test_emulated_throughput_grows_with_b_as_the_cost_model_says(tmp_path, config):
-    got = {}
+    """Within 5% on a quiet machine; on a busy one each job's step stretches by what its own
+    actions' oversleep says (tests/jitter.py), the short-action B=2 job the most, so the ratio
+    may move by that much."""
+    got, share = {}, {}
     for b in (2, 8):
         c = config(pp=2, microbatches=4, microbatch_size=b, steps=3, **EMULATED)
         result = run_job(c, tmp_path / str(b), "test", f"b{b}")
         assert result.status == "ok", result.error
         got[b] = (result.metrics.throughput_samples_s, c.microbatches * b / result.metrics.model_step_s)
+        share[b] = oversleep(c, result.metrics)
     measured, modeled = got[8][0] / got[2][0], got[8][1] / got[2][1]
     assert modeled == pytest.approx(4 / 3, rel=0.01)  # 4x the samples in (0.2 + 0.8 x 2) / (0.2 + 0.8 x 0.5) = 3x the time
-    assert measured == pytest.approx(modeled, rel=0.05)
+    lo, hi = modeled * 0.95 / stretch(share[8]), modeled * 1.05 * stretch(share[2])
+    assert lo <= measured <= hi, (measured, modeled, share, lo, hi)
 
 
 @pytest.mark.dist
 def test_the_dp_study_at_a_fixed_global_batch_matches_its_reference(tmp_path, config):
     """dp 1 -> 2 at global batch 32: B halves, so does most of each op's work; the measured
     throughput follows the cost model's prediction for each point (the dp figure's line)."""
-    ratios = []
+    ratios, floors = [], []
     for dp in (1, 2):
         c = config(pp=2, microbatches=4, dp=dp, global_batch=32, steps=3, **EMULATED)
         m = run_job(c, tmp_path / str(dp), "test", f"dp{dp}").metrics
         ratios.append(m.throughput_samples_s / (32 / m.model_step_s))
-    assert all(0.8 < r <= 1.02 for r in ratios), ratios  # measured can only lose to the model: hops, jitter
+        floors.append(0.8 / stretch(oversleep(c, m)))  # 0.8 on a quiet machine (tests/jitter.py)
+    # measured can only lose to the model: hops, jitter
+    assert all(f < r <= 1.02 for r, f in zip(ratios, floors)), (ratios, floors)
 
 
 @pytest.mark.dist

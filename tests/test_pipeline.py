@@ -8,6 +8,7 @@ import pytest
 
 from harness.job import run_job
 from harness.measure.reference import reference_losses
+from tests.jitter import bubble_allowance, oversleep
 
 pytestmark = pytest.mark.dist
 
@@ -33,16 +34,21 @@ def test_losses_equal_single_process_reference(tmp_path, config, schedule, pp):
 def test_emulated_bubble_matches_closed_form(tmp_path, config, schedule):
     """Equal stages of 40 ms forward, 80 ms backward, pp=4, M=8: (N-1)/(M+N-1) = 3/11.
     (Each hop costs ~0.5-1 ms here and lies on the critical path M + N - 1 times, so
-    shorter stages measure a larger bubble: the simulator's figure shows how much.)"""
+    shorter stages measure a larger bubble: the simulator's figure shows how much.)
+    Within 0.03 on a quiet machine (seen: 0.02), plus what the run's own oversleep says a
+    busy machine adds (tests/jitter.py: two `yes` beside it moved the bubble to 0.34-0.41
+    with actions 9-14% over their sleep); a runtime that serialized the stages (3/4) fails."""
     c = config(pp=4, microbatches=8, compute="emulated", steps=2, **{"schedule.name": schedule,
                "cost.fwd_ms_per_layer": 20.0, "model.layers": 8})
     result = run_job(c, tmp_path, "test", "bubble")
     assert result.status == "ok", result.error
     b = result.metrics.bubble
     assert b.theory == pytest.approx(3 / 11)
-    assert abs(b.measured - 3 / 11) < 0.03, b
+    share = oversleep(c, result.metrics)
+    allowed = bubble_allowance(0.03, 3 / 11, share)
+    assert abs(b.measured - 3 / 11) < allowed, (b, f"oversleep {share:.3f}, allowed {allowed:.3f}")
     assert len(b.measured_per_rank) == 4
-    assert abs(b.simulated - 3 / 11) < 0.03, b
+    assert abs(b.simulated - 3 / 11) < allowed, (b, f"oversleep {share:.3f}, allowed {allowed:.3f}")
     # every rank computed for real: 8 F and 8 B per measured step
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     for rank in range(4):

@@ -97,7 +97,9 @@ def test_executor_overhead_vs_simulator(benchmark, config, tmp_path: Path, execu
     step = _median_step(_rounds(benchmark, lambda: _ok(run_job(c, tmp_path, "bench", executor)), rounds=3))
     ratio = step / predicted
     benchmark.extra_info.update(step_s=step, simulated_s=predicted, measured_over_simulated=ratio)
-    assert 1.0 <= ratio < 1.5, ratio  # below 1: the emulation undercut its own costs; far above: broken
+    assert ratio >= 1.0, ratio  # below 1: the emulation undercut its own costs
+    # far above: broken, on a quiet machine (make bench); an untimed run on a busy one may be anything
+    assert benchmark.disabled or ratio < 1.5, ratio
 
 
 def test_nccl_safe_transport_against_eager(benchmark, config, tmp_path: Path):
@@ -119,7 +121,8 @@ def test_nccl_safe_transport_against_eager(benchmark, config, tmp_path: Path):
     ratio = {p2p: _median_step(ms) / predicted for p2p, ms in steps.items()}
     benchmark.extra_info.update({f"{p2p}_measured_over_simulated": r for p2p, r in ratio.items()})
     benchmark.extra_info["safe_over_eager"] = ratio["safe"] / ratio["eager"]
-    assert all(1.0 <= r < 1.5 for r in ratio.values()), ratio  # below 1: the emulation undercut its costs
+    assert all(r >= 1.0 for r in ratio.values()), ratio  # below 1: the emulation undercut its costs
+    assert benchmark.disabled or all(r < 1.5 for r in ratio.values()), ratio  # far above, timed: broken
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

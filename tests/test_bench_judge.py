@@ -1,0 +1,72 @@
+"""make bench's verdict (benchmarks/judge.py): goals judged on the run's own figures, medians
+compared with the baseline only when it was saved on this machine; and plain pytest runs no
+benchmark unless asked (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from benchmarks import judge
+from tests.conftest import BENCH_DIR, bench_asked
+
+
+def bench(name: str, median: float, **extra) -> dict:
+    return {"name": name, "stats": {"median": median}, "extra_info": extra}
+
+
+def run(*benchmarks: dict, fingerprint: dict | None = None) -> dict:
+    return {"machine_info": {"fingerprint": fingerprint} if fingerprint else {}, "benchmarks": list(benchmarks)}
+
+
+def test_medians_are_compared_only_with_a_baseline_of_this_machine():
+    here = judge.fingerprint()
+    assert set(here) == {"cpu_model", "cores", "host_sha256", "torch"} and here["cores"] >= 1
+    now = run(bench("test_x", 1.3), bench("test_y", 1.0), fingerprint=here)
+    same = run(bench("test_x", 1.0), bench("test_y", 1.0), fingerprint=dict(here))
+    lines, failures = judge.compare(now, same)
+    assert lines[0] == "baseline from this machine: medians compared"
+    assert failures == ["test_x: median +30.0% against the baseline"]
+    other = run(bench("test_x", 0.1), fingerprint={**here, "cpu_model": "another CPU"})
+    assert judge.compare(now, other) == (["baseline from another machine: not compared (cpu_model differ)"], [])
+    assert judge.compare(now, run(bench("test_x", 0.1))) == (
+        ["baseline from another machine: not compared (the baseline has no fingerprint)"], [])
+
+
+def test_goals_fail_when_not_met_unless_still_open():
+    met = run(bench("test_generate_p32_m256", 1.0, seconds=1.5),
+              bench("test_executor_overhead_vs_simulator[native]", 1.0, measured_over_simulated=1.2))
+    lines, failures = judge.judge_goals(met)
+    assert failures == []
+    assert "  test_generate_p32_m256 seconds < 2: 1.5 met" in lines
+    assert "  test_executor_overhead_vs_simulator[native] measured_over_simulated <= 1.05: 1.2 not met (open)" in lines
+    slow = run(bench("test_generate_p32_m256", 1.0, seconds=2.5), bench("test_sweep_marginal_job_wall_time[sim]", 1.0))
+    _, failures = judge.judge_goals(slow)
+    assert failures == ["test_generate_p32_m256 seconds < 2: 2.5",
+                        "test_sweep_marginal_job_wall_time[sim] marginal_job_s < 0.25: no figure"]
+
+
+def test_the_command_exits_1_on_a_failure_and_0_without(tmp_path, capsys):
+    here = judge.fingerprint()
+    (tmp_path / "base.json").write_text(json.dumps(run(bench("test_generate_p32_m256", 1.0), fingerprint=here)))
+    (tmp_path / "ok.json").write_text(json.dumps(run(bench("test_generate_p32_m256", 1.1, seconds=1.0), fingerprint=here)))
+    (tmp_path / "bad.json").write_text(json.dumps(run(bench("test_generate_p32_m256", 2.0, seconds=1.0), fingerprint=here)))
+    assert judge.main([str(tmp_path / "ok.json"), "--baseline", str(tmp_path / "base.json")]) == 0
+    assert judge.main([str(tmp_path / "bad.json"), "--baseline", str(tmp_path / "base.json")]) == 1
+    assert "median +100.0% against the baseline" in capsys.readouterr().out
+    assert judge.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_plain_pytest_runs_no_benchmark_unless_asked(monkeypatch):
+    def config(markexpr: str = "", enable: bool = False, args: tuple = ("tests",)) -> SimpleNamespace:
+        return SimpleNamespace(option=SimpleNamespace(markexpr=markexpr), args=list(args),
+                               getoption=lambda name, default=None: enable if name == "benchmark_enable" else default)
+
+    monkeypatch.delenv("HARNESS_BENCH", raising=False)
+    assert not bench_asked(config()) and not bench_asked(config("not slow"))
+    assert bench_asked(config("bench")) and bench_asked(config(enable=True))
+    assert bench_asked(config(args=(str(BENCH_DIR / "test_bench_cli.py") + "::test_cli_decides_before_torch",)))
+    assert not bench_asked(config(args=(str(Path(__file__)),)))
+    monkeypatch.setenv("HARNESS_BENCH", "1")
+    assert bench_asked(config())
