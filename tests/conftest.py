@@ -137,9 +137,6 @@ def harness_process():
 # make test's budget (< 3 min on CI's 2 cores): these run only in make test-all, each beside a
 # cheaper test of the same property that make test keeps (named after the #).
 SLOW = (
-    # predictions against timed runs, which a busy machine moves (like the benchmarks); the whole
-    # grid is test_predictions_hold_on_the_whole_grid, also slow; make test: the known-answer searches
-    "tests/test_advise.py::test_predictions_hold_on_this_machine_small",
     # fresh interpreters: test_cli_bad_input_is_one_line_and_exit_2, test_relative_paths_are_the_users_also_under_chdir
     "tests/test_advise.py::test_module_entry_point_runs",
     "tests/test_cli.py::test_the_console_script_runs_elsewhere_with_relative_paths",
