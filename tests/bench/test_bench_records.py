@@ -52,4 +52,6 @@ def test_records_per_event(benchmark, tmp_path: Path):
     per["total_wall_us_per_event"] = (best["trace_wall"] + best["gantt_wall"]) / n * 1e6
     per["total_cpu_us_per_event"] = (best["trace_cpu"] + best["gantt_cpu"]) / n * 1e6
     benchmark.extra_info.update(events=n, **per)
-    assert per["total_cpu_us_per_event"] < 50, per
+    # untimed (make test-all, maybe on a busy machine, where contention inflates CPU time too:
+    # 53 us seen) only per-bar drawing's ~2,400 us an event is caught
+    assert per["total_cpu_us_per_event"] < (500 if benchmark.disabled else 50), per

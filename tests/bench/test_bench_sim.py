@@ -70,4 +70,4 @@ def test_a_simulated_job_per_action(benchmark, tmp_path: Path):
     actions = 32 * 2 * 512 * 2
     per = {f"{k}_us_per_action": min(v) / actions * 1e6 for k, v in times.items()}
     benchmark.extra_info.update(actions=actions, **per)
-    assert per["cpu_us_per_action"] < 60, per
+    assert per["cpu_us_per_action"] < (600 if benchmark.disabled else 60), per  # untimed: maybe a busy machine
