@@ -218,7 +218,7 @@ SLOW = (
     "tests/test_memory_breakdown.py::test_measured_equals_theory_for_every_component_on_every_rank[gpt-bf16-adamw-zero1-dp2]",
     "tests/test_numbers.py::test_the_dp_study_at_a_fixed_global_batch_matches_its_reference",
     "tests/test_writes.py::test_resume_keeps_diverged_and_skipped_records_unless_rerun_names_them",
-    # benchmarks of seconds each (make bench times them; test_bench_records and test_bench_cli run in make test)
+    # benchmarks of seconds each (make bench times them; make test runs no benchmark: bench_asked below)
     "tests/bench/test_bench_advise.py",
     "tests/bench/test_bench_executors.py",
     "tests/bench/test_bench_sim.py",
