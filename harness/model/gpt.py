@@ -29,16 +29,18 @@ class Embed(nn.Module):
 class Block(nn.Module):
     def __init__(self, d: int, heads: int):
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, d // heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = SplitLinear(d, 3 * d), SplitLinear(d, d)
         self.fc, self.out = SplitLinear(d, 4 * d), SplitLinear(4 * d, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, T, d]
-        B, T, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (t.view(B, T, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, d)
+        # sizes from the QKV output, not from x: under tensor parallelism it holds this rank's
+        # heads only, and under sequence parallelism x is a sequence shard (GPT.tp_plan)
+        qkv = self.qkv(self.ln1(x))  # [B, T, 3 d], [q; k; v]
+        B, T = qkv.shape[:2]
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in qkv.chunk(3, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -71,6 +73,45 @@ class GPT(TokenStack):
         if kind == "block":
             return 2 * tokens * 12 * c.hidden ** 2 + 2 * microbatch_size * c.seq ** 2 * c.hidden
         return 2 * tokens * c.hidden * c.vocab if kind == "head" else 0.0
+
+    def tp_plan(self, i: int, tp: int, sequence_parallel: bool, stage: range) -> dict | None:
+        """Megatron's tensor parallelism (harness/parallel/tensor.py), per layer:
+        - a block: attention split by heads (the fused QKV column-parallel, each rank keeping
+          its heads' q, k and v; the output projection row-parallel), the MLP column then row
+          parallel: one all-reduce after each (forward), one before each (backward);
+        - the embedding and the LM head are vocabulary-parallel, not replicated (as Megatron):
+          each is vocab x d, as large as vocab / 12d blocks (1.3 blocks at the defaults, 5.5 at
+          GPT-2 small's 50257 x 768), so replicated they would keep their weights, gradients
+          and optimizer state whole on every TP rank, and the head's 2 T d vocab FLOPs unsplit. The embedding looks up its rows and
+          all-reduces (styles.VocabParallelEmbedding); the head computes its vocabulary slice
+          of the logits, all-gathered so the loss sees the whole logits (a vocabulary-parallel
+          loss, torch's loss_parallel, would skip that gather but needs the executors to call
+          the loss on DTensors). Position embeddings stay replicated ([seq, d], small);
+        - sequence_parallel (Korthikanti et al. 2022): the norms run on sequence shards, the
+          all-reduces become reduce-scatters (after the row-parallel linears and the
+          embedding) and all-gathers (before the column-parallel ones); the position
+          embedding is then split by positions so each rank adds its shard's rows."""
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+        from harness.parallel.styles import FusedColwiseParallel, VocabParallelEmbedding
+
+        seq = Shard(1) if sequence_parallel else Replicate()
+        kind = self.kind(i)
+        if kind == "embed":
+            plan: dict = {"tok": VocabParallelEmbedding(seq)}
+            if sequence_parallel:
+                plan["pos"] = VocabParallelEmbedding(Shard(0))  # pos(arange(T)) is [T, d]
+            return plan
+
+        def norms(*names: str) -> dict:  # on sequence shards under sequence parallelism, else replicated
+            return {name: SequenceParallel() for name in names} if sequence_parallel else {}
+
+        if kind == "head":
+            return {**norms("ln"), "lm": ColwiseParallel(input_layouts=seq, output_layouts=Replicate())}
+        return {**norms("ln1", "ln2"), "qkv": FusedColwiseParallel(3, input_layouts=seq),
+                "proj": RowwiseParallel(output_layouts=seq), "fc": ColwiseParallel(input_layouts=seq),
+                "out": RowwiseParallel(output_layouts=seq)}
 
     @staticmethod
     def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

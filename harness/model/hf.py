@@ -180,12 +180,16 @@ class Block(nn.Module):
             getattr(config, "sliding_window", None) is not None  # mistral's rule (its model's forward)
         self.make_mask = masks.create_sliding_window_causal_mask if sliding else masks.create_causal_mask
         self.config = config
+        self.seq_shards = 1  # sequence_parallel: h is one of this many sequence shards (HFModel.tp_plan)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
-        mask = self.make_mask(config=self.config, inputs_embeds=h, attention_mask=None, cache=None,
+        # positions, rotary tables and mask are the whole sequence's: attention sees it whole
+        T = h.shape[1] * self.seq_shards
+        whole = h if self.seq_shards == 1 else h[:, :1].expand(-1, T, -1)  # a view: shape, dtype, device
+        positions = torch.arange(T, device=h.device).unsqueeze(0)
+        mask = self.make_mask(config=self.config, inputs_embeds=whole, attention_mask=None, cache=None,
                               position_ids=positions)
-        extra = {} if self.rotary is None else {"position_embeddings": self.rotary(h, position_ids=positions)}
+        extra = {} if self.rotary is None else {"position_embeddings": self.rotary(whole, position_ids=positions)}
         return self.layer(h, attention_mask=mask, position_ids=positions, **extra)
 
 
@@ -254,6 +258,72 @@ class HFModel(TokenStack):
         attn = 2 * d * d + 2 * d * kv_width
         mlp = (2 if c.arch == "gpt2" else 3) * d * ffn
         return 2.0 * tokens * (attn + mlp) + 2.0 * microbatch_size * c.seq ** 2 * d
+
+    def tp_plan(self, i: int, tp: int, sequence_parallel: bool, stage: range) -> dict | None:
+        """Megatron's tensor parallelism on transformers' own decoder layers
+        (harness/parallel/tensor.py), as torchtitan's llama plan:
+        - attention by heads: q, k, v column-parallel (GPT-2's fused c_attn: each rank keeps
+          its heads' q, k and v, styles.FusedColwiseParallel), the output projection
+          row-parallel; the MLP column then row parallel (llama family: gate and up column,
+          down row; gpt2: c_fc column, c_proj row). One all-reduce after each (forward), one
+          before each (backward: the block's input is made a DTensor once, at the attention
+          and the MLP, so q, k and v share it);
+        - grouped-query attention: the KV heads are split where tp divides them; where tp is a
+          multiple of them they are replicated, each rank keeping the one its query heads use
+          (styles.ReplicatedKVHeads; its gradient summed over the ranks sharing it); anything
+          else is refused (parallel/checks.py). Each rank's attention module is told its KV
+          groups (query heads per KV head on the rank);
+        - the embedding and the LM head vocabulary-parallel, as GPT.tp_plan (why there);
+          GPT-2's position embedding replicated, split by positions under sequence_parallel;
+        - sequence_parallel: the norms on sequence shards, reduce-scatters after the
+          row-parallel linears and the embedding, all-gathers before the column-parallel ones;
+          the block computes positions, rotary tables and the mask for the whole sequence."""
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                       SequenceParallel)
+
+        from harness.parallel.styles import Attributes, FusedColwiseParallel, ReplicatedKVHeads, Sequenced, \
+            VocabParallelEmbedding
+
+        c, gpt2 = self.cfg, self.cfg.arch == "gpt2"
+        seq = Shard(1) if sequence_parallel else Replicate()
+        kind = self.kind(i)
+
+        def norms(*names: str) -> dict:  # on sequence shards under sequence parallelism, else replicated
+            return {name: SequenceParallel() for name in names} if sequence_parallel else {}
+
+        def gathered(kwarg: str | None = None) -> PrepareModuleInput:  # the sublayer's input, whole, once
+            if kwarg is None:
+                return PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
+            return PrepareModuleInput(input_kwarg_layouts={kwarg: seq}, desired_input_kwarg_layouts={kwarg: Replicate()})
+
+        if kind == "embed":
+            if not gpt2:
+                return {"embed_tokens": VocabParallelEmbedding(seq)}
+            return {"wte": VocabParallelEmbedding(seq), **({"wpe": VocabParallelEmbedding(Shard(1))}
+                                                         if sequence_parallel else {})}
+        if kind == "head":
+            return {**norms("ln_f" if gpt2 else "norm"),
+                    "lm_head": ColwiseParallel(input_layouts=seq, output_layouts=Replicate())}
+        root = {"": Attributes(seq_shards=tp)} if sequence_parallel else {}
+        heads = c.heads // tp
+        if gpt2:
+            return {**root, **norms("layer.ln_1", "layer.ln_2"),
+                    "layer.attn": Sequenced(gathered(), Attributes(split_size=c.hidden // tp, num_heads=heads)),
+                    "layer.attn.c_attn": FusedColwiseParallel(3), "layer.attn.c_proj": RowwiseParallel(output_layouts=seq),
+                    "layer.mlp": gathered(), "layer.mlp.c_fc": ColwiseParallel(),
+                    "layer.mlp.c_proj": RowwiseParallel(output_layouts=seq)}
+        kv = c.kv_heads or c.heads
+        head_dim = c.hidden // c.heads
+        split_kv = kv % tp == 0
+        kv_style = ColwiseParallel if split_kv else (lambda: ReplicatedKVHeads(kv, head_dim))
+        return {**root, **norms("layer.input_layernorm", "layer.post_attention_layernorm"),
+                "layer.self_attn": Sequenced(gathered("hidden_states"),
+                                             Attributes(num_key_value_groups=heads // (kv // tp if split_kv else 1))),
+                "layer.self_attn.q_proj": ColwiseParallel(), "layer.self_attn.k_proj": kv_style(),
+                "layer.self_attn.v_proj": kv_style(), "layer.self_attn.o_proj": RowwiseParallel(output_layouts=seq),
+                "layer.mlp": gathered(), "layer.mlp.gate_proj": ColwiseParallel(),
+                "layer.mlp.up_proj": ColwiseParallel(), "layer.mlp.down_proj": RowwiseParallel(output_layouts=seq)}
 
     @staticmethod
     def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,25 @@ class MLP(LayerStack):
         """Forward FLOPs of one layer for one microbatch: 2 B h^2 (the GELU is noise)."""
         return 2.0 * microbatch_size * self.cfg.hidden ** 2
 
+    def tp_plan(self, i: int, tp: int, sequence_parallel: bool, stage: range) -> dict | None:
+        """Tensor parallelism (harness/parallel/tensor.py): the stage's layers in column then row
+        pairs (Megatron's MLP): the first of a pair splits its output features (each rank keeps
+        hidden/tp of them, the GELU runs on the shard), the second its input features, summed by
+        one all-reduce into the whole activation. Pairs count from the stage's first layer, so a
+        stage never ends on half a pair; an odd stage's last layer is column-parallel with its
+        output all-gathered. No sequence to shard: sequence_parallel is refused (checks.py)."""
+        from torch.distributed.tensor import Replicate
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        if sequence_parallel:
+            raise ValueError("sequence_parallel=true: model=mlp has no sequence to shard (allowed: false)")
+        pos = i - stage.start
+        if pos % 2:
+            return {"0": RowwiseParallel()}
+        if pos + 1 < len(stage):
+            return {"0": ColwiseParallel()}
+        return {"0": ColwiseParallel(output_layouts=Replicate())}
+
     @staticmethod
     def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.mse_loss(output, target)

@@ -24,6 +24,19 @@ Contracts the runtime relies on:
 
 Optional, not part of the check: `preload`, the modules a rank imports to build its layers
 (model=hf: transformers' modeling code), for a launcher to import once before forking.
+
+Optional, for tensor parallelism (tp > 1; harness/parallel/tensor.py applies it):
+`tp_plan(i, tp, sequence_parallel, stage) -> dict[str, ParallelStyle] | None`, the
+torch.distributed.tensor.parallel styles of layer i's submodules (keys: paths inside layer i,
+"" for layer i itself) at TP degree tp, when `stage` (a range of global layer indices) is the
+stage that holds it; None leaves layer i replicated. A plan keeps the one-tensor contract per
+TP rank: each layer takes and returns the whole activation (its sequence shard [B, T/tp, ...]
+with sequence_parallel, dim 1), so any split into stages works; layers of one stage may pass a
+shard between them (mlp's column/row pairs), as `stage` tells. The first layer takes the whole
+input and the last returns the whole output on every TP rank. A model without `tp_plan` runs
+at tp=1 only (model=custom: refused with one line). mlp.py, gpt.py and hf.py are examples;
+harness/parallel/styles.py has the styles torch lacks (fused QKV, vocabulary-parallel
+embedding, replicated KV heads).
 """
 
 from __future__ import annotations
