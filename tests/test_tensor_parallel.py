@@ -250,6 +250,25 @@ def _run_case(case: dict, mesh, rank: int) -> dict:
     return result
 
 
+COMMS = {"gpt": ("gpt", GPT), "llama": ("hf", LLAMA)}
+
+
+def _block_comms(name: str, fields: dict, sp: bool, mesh) -> dict:
+    """The collectives one parallelized block issues, forward and backward (torch's
+    CommDebugMode): what the simulator prices per block and direction."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    model = get_model(model_config(name, **fields))
+    net = parallelize_stage(model.build_layers(1, 2, 0), model, mesh, sp, first=1)
+    x = torch.randn(activation_shape(model, 3, TP, sp), requires_grad=True)
+    with CommDebugMode() as fwd:
+        y = net(x)
+    with CommDebugMode() as bwd:
+        y.sum().backward()
+    return {d: {str(op).split(".")[-1]: n for op, n in mode.get_comm_counts().items()}
+            for d, mode in (("fwd", fwd), ("bwd", bwd))}
+
+
 def _worker(rank: int, store_path: str, out_dir: str) -> None:
     import torch.distributed as dist
 
@@ -265,6 +284,9 @@ def _worker(rank: int, store_path: str, out_dir: str) -> None:
                 results[case["id"]] = _run_case(case, mesh, rank)
             except Exception as e:  # reported per case: one broken plan does not hide the others
                 results[case["id"]] = {"error": f"{type(e).__name__}: {e}"}
+        for key, (name, fields) in COMMS.items():
+            for sp in (False, True):
+                results[f"comms-{key}{'-sp' * sp}"] = _block_comms(name, fields, sp, mesh)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
@@ -294,3 +316,15 @@ def test_tp2_stage_equals_the_unsplit_stage(tp2, case):
             assert r["deferred"] > 0 and r["held_back"], (rank, r)
         if case["sp"]:  # the norms' gradients were partial sums, summed by sync_gradients
             assert r["synced"] > 0, (rank, r)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("model", sorted(COMMS))
+@pytest.mark.parametrize("sp", [False, True])
+def test_a_block_issues_megatrons_collectives(tp2, model, sp):
+    """Per block and direction: two all-reduces (after attention and after the MLP; before
+    each in the backward), or with sequence parallelism two all-gathers and two
+    reduce-scatters (Korthikanti et al. 2022, fig. 5), nothing else."""
+    expected = {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2} if sp else {"all_reduce": 2}
+    for results in tp2:
+        assert results[f"comms-{model}{'-sp' * sp}"] == {"fwd": expected, "bwd": expected}

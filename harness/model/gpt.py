@@ -82,11 +82,12 @@ class GPT(TokenStack):
         - the embedding and the LM head are vocabulary-parallel, not replicated (as Megatron):
           each is vocab x d, as large as vocab / 12d blocks (1.3 blocks at the defaults, 5.5 at
           GPT-2 small's 50257 x 768), so replicated they would keep their weights, gradients
-          and optimizer state whole on every TP rank, and the head's 2 T d vocab FLOPs unsplit. The embedding looks up its rows and
-          all-reduces (styles.VocabParallelEmbedding); the head computes its vocabulary slice
-          of the logits, all-gathered so the loss sees the whole logits (a vocabulary-parallel
-          loss, torch's loss_parallel, would skip that gather but needs the executors to call
-          the loss on DTensors). Position embeddings stay replicated ([seq, d], small);
+          and optimizer state whole on every TP rank, and the head's 2 T d vocab FLOPs unsplit.
+          The embedding looks up its rows and all-reduces (styles.VocabParallelEmbedding); the
+          head computes its vocabulary slice of the logits, all-gathered so the loss sees the
+          whole logits (a vocabulary-parallel loss, torch's loss_parallel, would skip that
+          gather but needs the executors to call the loss on DTensors). Position embeddings
+          stay replicated ([seq, d], small);
         - sequence_parallel (Korthikanti et al. 2022): the norms run on sequence shards, the
           all-reduces become reduce-scatters (after the row-parallel linears and the
           embedding) and all-gathers (before the column-parallel ones); the position

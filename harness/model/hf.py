@@ -295,7 +295,8 @@ class HFModel(TokenStack):
         def gathered(kwarg: str | None = None) -> PrepareModuleInput:  # the sublayer's input, whole, once
             if kwarg is None:
                 return PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
-            return PrepareModuleInput(input_kwarg_layouts={kwarg: seq}, desired_input_kwarg_layouts={kwarg: Replicate()})
+            return PrepareModuleInput(input_kwarg_layouts={kwarg: seq},
+                                      desired_input_kwarg_layouts={kwarg: Replicate()})
 
         if kind == "embed":
             if not gpt2:
@@ -310,7 +311,8 @@ class HFModel(TokenStack):
         if gpt2:
             return {**root, **norms("layer.ln_1", "layer.ln_2"),
                     "layer.attn": Sequenced(gathered(), Attributes(split_size=c.hidden // tp, num_heads=heads)),
-                    "layer.attn.c_attn": FusedColwiseParallel(3), "layer.attn.c_proj": RowwiseParallel(output_layouts=seq),
+                    "layer.attn.c_attn": FusedColwiseParallel(3),
+                    "layer.attn.c_proj": RowwiseParallel(output_layouts=seq),
                     "layer.mlp": gathered(), "layer.mlp.c_fc": ColwiseParallel(),
                     "layer.mlp.c_proj": RowwiseParallel(output_layouts=seq)}
         kv = c.kv_heads or c.heads

@@ -36,7 +36,7 @@ whole input; row-parallel: the whole output gradient and the rank's input column
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -154,7 +154,3 @@ def local_numel(module: nn.Module) -> int:
 
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())
 
-
-def plan_keys(plan: dict[str, Any] | None) -> list[str]:
-    """The submodule paths a plan names (for tests and error messages)."""
-    return sorted(plan or {})
