@@ -5,8 +5,8 @@ exactly what the unsplit stage computes.
 dist: for mlp, gpt and tiny Hugging Face Llama (KV heads split, and replicated) and GPT-2, with
 and without sequence_parallel: the stage's output, the loss, the gradient it sends back and
 every parameter's gradient (gathered whole) equal the tp=1 stage's within 1e-5, after a full
-backward and after the zero-bubble split into I and W (the TP linears' weight gradients held
-back until W). All cases run in one spawn of two processes (module fixture); each test checks
+backward, after the zero-bubble split into I and W (the TP linears' weight gradients held
+back until W), and with activation checkpointing (the recompute redoes the collectives). All cases run in one spawn of two processes (module fixture); each test checks
 one case on both ranks. Nothing is downloaded (HF_HUB_OFFLINE)."""
 
 from __future__ import annotations
@@ -159,8 +159,10 @@ def test_sequence_parallel_sends_the_sequence_shard():
 
 # -- dist: tp=2 equals tp=1 ----------------------------------------------------------------------------
 
-def _case(cid: str, name: str, fields: dict, sp: bool, split: bool, stage: tuple[int, int] | None = None) -> dict:
-    return {"id": cid, "name": name, "fields": fields, "sp": sp, "split": split, "stage": stage}
+def _case(cid: str, name: str, fields: dict, sp: bool, split: bool, stage: tuple[int, int] | None = None,
+          checkpoint: bool = False) -> dict:
+    return {"id": cid, "name": name, "fields": fields, "sp": sp, "split": split, "stage": stage,
+            "checkpoint": checkpoint}
 
 
 LLAMA = {**GPT, "arch": "llama", "kv_heads": 2}
@@ -173,10 +175,12 @@ CASES = [
     _case("gpt-split", "gpt", GPT, False, True),
     _case("gpt-sp-split", "gpt", GPT, True, True),
     _case("gpt-sp-blocks", "gpt", GPT, True, True, (1, 3)),  # a middle stage: sequence shards in and out
+    _case("gpt-sp-checkpointed", "gpt", GPT, True, True, checkpoint=True),  # recompute redoes the collectives
     _case("llama", "hf", LLAMA, False, False),
     _case("llama-sp-split", "hf", LLAMA, True, True),
     _case("llama-kv1", "hf", {**LLAMA, "kv_heads": 1}, False, True),  # KV heads replicated
     _case("llama-kv1-sp", "hf", {**LLAMA, "kv_heads": 1}, True, False),
+    _case("llama-checkpointed", "hf", LLAMA, False, False, checkpoint=True),
     _case("gpt2", "hf", {**GPT, "arch": "gpt2", "kv_heads": None}, False, True),
     _case("gpt2-sp", "hf", {**GPT, "arch": "gpt2", "kv_heads": None}, True, False),
 ]
@@ -220,9 +224,14 @@ def _run_case(case: dict, mesh, rank: int) -> dict:
     store = WeightGradStore() if case["split"] else None
     if store is not None:
         attach_store(net, store)
+    run = net
+    if case["checkpoint"]:  # as runtime/native.py does with checkpointing=true: segments of 2 layers
+        from harness.model.checkpoint import CheckpointedStage
+
+        run = CheckpointedStage(net, 2, keep=lambda key, t: None, timed=lambda key, fn: fn)
     defer = store.defer("mb") if store is not None else nullcontext()
     with defer:
-        out = net(xt)
+        out = run(xt)
     whole = DTensor.from_local(out, mesh, [Shard(1)], run_check=False).full_tensor() if sp and not last else out
     loss = loss_of(whole)
     with (store.defer("mb") if store is not None else nullcontext()):
