@@ -47,24 +47,15 @@ ALLREDUCE_ALGORITHMS = ("ring",)
 # -- the groups: one dataclass per option ------------------------------------------------------
 @dataclass
 class ScheduleConfig:
-    """Any registered schedule (harness/schedules/registry.py)."""
+    """Any registered schedule (harness/schedules/registry.py); a schedule with keys of its own
+    registers its subclass with its entry (`ScheduleSpec.config`: zb_auto's in
+    harness/schedules/auto.py, csv's in harness/schedules/csv_io.py)."""
 
     name: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_h2 | zbv | dualpipev | zb_auto | csv | any registered
 
-
-@dataclass
-class CSVScheduleConfig(ScheduleConfig):
-    name: str = "csv"
-    csv_path: str | None = None  # PyTorch compute_only CSV, one row per rank
-
-
-@dataclass
-class AutoScheduleConfig(ScheduleConfig):
-    """schedule=zb_auto: a zero-bubble order generated for the run's own costs (harness/schedules/auto.py)."""
-
-    name: str = "zb_auto"
-    memory_limit: float = 1.0  # microbatches a rank may hold from F to W, in units of 1F1B's peak (N): 1.0 ZB-1p
-    costs: str = "model"  # model: the plan's priced costs (emulated or a profile, and its links) | a run dir: its measured
+    def problem(self, c: "Config") -> str | None:
+        """What the schema alone refuses in a subclass's keys (`check_values`), as one line; None: nothing."""
+        return None
 
 
 @dataclass
@@ -155,13 +146,24 @@ class AdamWConfig(OptimizerConfig):
 
 # group -> option -> its dataclass: what Hydra registers (harness/frontend/compose.py) and set_keys switches
 OPTIONS: dict[str, dict[str, type]] = {
-    "schedule": {"csv": CSVScheduleConfig, "zb_auto": AutoScheduleConfig},
+    "schedule": {},  # each schedule's own, registered with its entry (harness/schedules/registry.py)
     "model": {"mlp": MLPConfig, "gpt": GPTConfig, "hf": HFConfig, "custom": CustomConfig},
     "partition": {"explicit": ExplicitPartitionConfig},
     "optimizer": {"sgd": SGDConfig, "adamw": AdamWConfig},
 }
 BASES: dict[str, type] = {"schedule": ScheduleConfig, "model": ModelConfig, "partition": PartitionConfig,
                           "optimizer": OptimizerConfig}
+
+
+def add_option(group: str, name: str, cls: type) -> None:
+    """`cls` as `group`'s option `name` (a registry adds its entries' own: schedules)."""
+    if not (isinstance(cls, type) and issubclass(cls, BASES[group]) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"{group}={name}: its config {cls!r} must be a dataclass subclassing {BASES[group].__name__}")
+    OPTIONS[group][name] = cls
+
+
+def remove_option(group: str, name: str) -> None:
+    OPTIONS[group].pop(name, None)
 
 
 def option_class(group: str, name: str) -> type:
@@ -499,14 +501,8 @@ def check_values(c: Config) -> None:
     _check_bounds(c)
     _check_numbers(c)
     _check_optimizer(c)
-    if isinstance(c.schedule, AutoScheduleConfig):
-        m = c.schedule.memory_limit
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 1 / c.pp:
-            raise ConfigError(f"schedule.memory_limit={m!r}: in units of 1F1B's peak, pp={c.pp} microbatches "
-                              f"(allowed: a number >= 1/pp = {1 / c.pp:.3g}, one microbatch per rank)")
-        if c.schedule.costs != "model" and not os.path.isfile(os.path.join(c.schedule.costs, "result.json")):
-            raise ConfigError(f"schedule.costs={c.schedule.costs}: no result.json there (allowed: model, or a "
-                              "prior run's directory: its measured per-stage F, I, W and hop)")
+    if (problem := c.schedule.problem(c)) is not None:
+        raise ConfigError(problem)
     if c.zero not in (0, 1):
         raise ConfigError(f"zero={c.zero}: unknown (allowed: 0, 1)")
     if c.zero == 1 and c.dp == 1:

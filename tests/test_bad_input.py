@@ -91,7 +91,7 @@ BAD = ["device", "fifo", "link to a fifo", "link to a device", "directory", "spa
 @pytest.mark.parametrize("what", BAD)
 @pytest.mark.parametrize("key", ["profile", "schedule.csv_path", "model.target"])
 def test_a_file_key_that_names_no_regular_file_is_one_line(tmp_path, key, what):
-    kind = {"profile": "profile", "schedule.csv_path": "csv", "model.target": "model"}[key]
+    kind = {"profile": "profile", "schedule.csv_path": "schedule_csv", "model.target": "model"}[key]
     path, said = _bad_files(tmp_path, kind)[what]
     keys = {"profile": {"partition.name": "profile", "profile": str(path)},
             "schedule.csv_path": {"schedule.name": "csv", "schedule.csv_path": str(path), "pp": 2},
@@ -111,11 +111,11 @@ def test_a_file_key_that_names_no_regular_file_is_one_line(tmp_path, key, what):
 
 @pytest.mark.parametrize("what", BAD)
 def test_safe_io_opens_no_device_or_fifo_and_reads_at_most_cap_plus_one(tmp_path, monkeypatch, what):
-    path, said = _bad_files(tmp_path, "csv")[what]
+    path, said = _bad_files(tmp_path, "schedule_csv")[what]
     opened = []
     real_open = os.open
     monkeypatch.setattr(safe_io.os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
-    err, _ = bounded(safe_io.read_bytes, path, "schedule.csv_path", "csv")
+    err, _ = bounded(safe_io.read_bytes, path, "schedule.csv_path", "schedule_csv")
     assert isinstance(err, FileRefused) and said in str(err) and opened == []  # refused by stat, never opened
 
 
@@ -124,7 +124,7 @@ def test_a_file_that_grows_past_its_cap_is_read_only_to_cap_plus_one(tmp_path, m
     reading cap + 1 bytes, never the rest."""
     f = tmp_path / "grows"
     f.write_bytes(b"x" * 4096)
-    monkeypatch.setitem(CAPS, "csv", 100)
+    monkeypatch.setitem(CAPS, "schedule_csv", 100)
     monkeypatch.setattr(safe_io, "_regular", lambda *a: None)  # the stat and fstat saw it small
     reads = []
     real_fdopen = os.fdopen
@@ -137,7 +137,7 @@ def test_a_file_that_grows_past_its_cap_is_read_only_to_cap_plus_one(tmp_path, m
 
     monkeypatch.setattr(safe_io.os, "fdopen", fdopen)
     with pytest.raises(FileRefused, match="more than 100 bytes"):
-        safe_io.read_bytes(f, "schedule.csv_path", "csv")
+        safe_io.read_bytes(f, "schedule.csv_path", "schedule_csv")
     assert reads == [101]
 
 
@@ -147,7 +147,7 @@ def test_the_caps_have_room_over_what_the_harness_writes():
     # 131,072 events with their flows were 44 MiB (~355 bytes each): 1 KB an event is room
     assert CAPS["trace"] >= MAX_TRACE_EVENTS * 1000
     assert CAPS["result"] == 64 * MiB  # harness.records.result.read's own
-    assert CAPS["csv"] >= 1_000_000 * 12  # MAX_ACTIONS cells of "31F4095,"
+    assert CAPS["schedule_csv"] >= 1_000_000 * 12  # MAX_ACTIONS cells of "31F4095,"
 
 
 def test_the_report_never_copies_or_reads_a_trace_or_gantt_that_is_no_regular_file(tmp_path):

@@ -1,8 +1,9 @@
 """`python -m harness.advise [key=value ...] cluster=<preset> --global-batch N [options]`:
 search schedule x pp x dp x M x v x checkpointing x ZeRO x placement for a model on a cluster
 and write advice.json, advice.md, advice.html and advice.png (harness/advise/__init__.py says how).
-schedule=zb_auto (an order generated for each point's costs) is searched at memory limits 1 and
-the largest the memory budget allows (harness/advise/search.py); --memory-limits fixes them.
+A schedule made from each point's costs (schedule=zb_auto) is searched beside the built-ins; one
+with a memory limit at limits 1 and the largest the memory budget allows (harness/advise/search.py);
+--memory-limits fixes them.
 
 Keys are python -m harness's (model=..., model.layers=..., dtype=..., optimizer=..., profile=...,
 cost.time_scale=..., +scenario=...), `cluster=<preset>` and `cluster.<key>=<value>` among them
@@ -66,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-microbatch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=None, help="processes evaluating points (default: the cores)")
     ap.add_argument("--memory-limits", nargs="+", default=["budget"], metavar="LIMIT",
-                    help="zb_auto's schedule.memory_limit values, in units of 1F1B's peak (pp microbatches per rank), "
+                    help="the memory limits of the schedules that take one (zb_auto's schedule.memory_limit), in units of 1F1B's peak (pp microbatches per rank), "
                          "e.g. 1 2 or 1,2 (default budget: 1 and the largest the memory budget allows)")
     return ap
 

@@ -11,9 +11,10 @@ import shlex
 from pathlib import Path
 
 from harness.config import OVERHEAD_TABLES
+from harness.frontend.compose import schedule_key
 from harness.report.doc import Block, markdown
 from harness.report.html import page as html_page
-from harness.schedules.registry import SCHEDULES
+from harness.schedules.registry import COSTS, SCHEDULES
 from harness.simulate.links import summary
 
 from .bubble import Explained, explain
@@ -71,30 +72,35 @@ def assumptions(p: Problem, r: Result | None = None) -> list[str]:
                    f"compute's F and B over the profile's x{o.real_fwd_scale}, x{o.real_bwd_scale}")
     else:
         out.append("executor overhead: none modeled (not measured on this cluster)")
-    planned = sorted({note for x in r.predictions for note in x.notes if not note.startswith(AUTO_NOTE)}) \
-        if r is not None else []
+    made = _made(r) if r is not None else {}
+    planned = sorted({note for x in r.predictions for note in x.notes
+                      if not any(note.startswith(f"schedule={name}:") for name in made)}) if r is not None else []
     if c.profile:  # as the commands name it: from where they run
         planned = [note.replace(c.profile, shown(c.profile)) for note in planned]
-    return out + list(p.notes) + planned + ([auto_assumption(r)] if r is not None and _auto(r) else [])
+    return out + list(p.notes) + planned + [made_assumption(r, name, xs) for name, xs in made.items()]
 
 
-AUTO_NOTE = "schedule=zb_auto:"
+def _made(r: Result) -> dict[str, list[Prediction]]:
+    """The points of each schedule made per point from its costs (its entry's needs), by name."""
+    out: dict[str, list[Prediction]] = {}
+    for x in r.predictions:
+        if SCHEDULES[x.point.schedule].needs == COSTS:
+            out.setdefault(x.point.schedule, []).append(x)
+    return out
 
 
-def _auto(r: Result) -> list[Prediction]:
-    return [x for x in r.predictions if x.point.memory_limit is not None]
-
-
-def auto_assumption(r: Result) -> str:
-    """One line for zb_auto's points (each plan's own note says how its order was made)."""
-    xs = _auto(r)
+def made_assumption(r: Result, name: str, xs: list[Prediction]) -> str:
+    """One line for a made schedule's points (each plan's own note, `schedule=<name>: ...`, says how its order
+    was made)."""
+    entry, prefix = SCHEDULES[name], f"schedule={name}:"
     best = min(xs, key=lambda x: x.rank or math.inf)
-    note = next((n for n in best.notes if n.startswith(AUTO_NOTE)), "")
-    left = sum(n for why, n in r.dropped.items() if why.startswith("zb_auto:"))
-    return (f"schedule=zb_auto: {len(xs)} points, each with its own zero-bubble order generated in planning for its "
-            f"priced costs and memory limit (harness/schedules/auto.py), at memory limit 1 and the largest the memory "
-            f"theory lets fit, or as --memory-limits gave them; {left} more left out (their reasons below); its best, "
-            f"{best.point.label()}: {note.removeprefix(AUTO_NOTE).strip()}")
+    note = next((n for n in best.notes if n.startswith(prefix)), "")
+    left = sum(n for why, n in r.dropped.items() if why.startswith(f"{name}:"))
+    limits = (f", at {entry.limit_key} 1 and the largest the memory theory lets fit, or as --memory-limits gave them"
+              if entry.limit_key else "")
+    return (f"{prefix} {len(xs)} points, each with its own order made in planning for its priced costs "
+            f"({entry.summary}){limits}; {left} more left out (their reasons below); its best, "
+            f"{best.point.label()}: {note.removeprefix(prefix).strip()}")
 
 
 def _value(v: object) -> str:
@@ -109,9 +115,9 @@ def run_overrides(p: Problem, x: Prediction) -> list[str]:
     the point's keys."""
     o = x.point.overrides()
     keys = list(p.overrides)
-    keys.append(f"schedule={o['schedule']}")
+    keys.append(schedule_key(o["schedule"]))
     if x.point.memory_limit is not None:
-        keys.append(f"schedule.memory_limit={limit_text(x.point.memory_limit)}")
+        keys.append(f"schedule.{SCHEDULES[x.point.schedule].limit_key}={limit_text(x.point.memory_limit)}")
     keys += [f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}", f"global_batch={p.global_batch}"]
     if SCHEDULES[x.point.schedule].reads_virtual_stages:
         keys.append(f"virtual_stages={o['virtual_stages']}")

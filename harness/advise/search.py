@@ -48,28 +48,19 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from harness.planning.checks import check_stages, validate
-from harness.config import (DTYPE_BYTES, PLACEMENTS, AutoScheduleConfig, Config, ConfigError,
-                            planned_microbatch_size, set_keys)
+from harness.config import DTYPE_BYTES, PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
 from harness.planning.flops import flops_of
 from harness.planning.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
 from harness.model.built import BuiltModel
 from harness.planning.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
 from harness.records.result import Flops
-from harness.schedules.auto import limit_of
 from harness.schedules.ir import Action, Kind
-from harness.schedules.registry import SCHEDULES, built_in, chunks_per_rank
+from harness.schedules.registry import COSTS, SCHEDULES, chunks_per_rank, searchable
 from harness.simulate import engine, links
 from harness.simulate.cost import CostModel
 from harness.simulate.pricing import price
 
 GIB = 2**30
-AUTO = "zb_auto"  # the schedule generated per point (harness/schedules/auto.py)
-
-
-def searchable() -> tuple[str, ...]:
-    """The schedules the planner searches: every built-in and zb_auto (generated for each
-    point's costs); csv is the user's file."""
-    return built_in() + tuple(name for name in (AUTO,) if name in SCHEDULES)
 
 
 def limit_text(x: float) -> str:
@@ -98,7 +89,9 @@ class Point:
     checkpointing: bool
     zero: int
     placement: str
-    memory_limit: float | None = None  # zb_auto's schedule.memory_limit (units of 1F1B's peak); None for the others
+    # the memory limit of a schedule that takes one (its entry's limit_key: zb_auto's schedule.memory_limit, in
+    # units of 1F1B's peak); None for the others
+    memory_limit: float | None = None
 
     @property
     def chunks(self) -> int:
@@ -108,7 +101,7 @@ class Point:
         """The harness's keys for this point (global_batch sets B = it / (dp x M))."""
         o: dict[str, object] = {"schedule": self.schedule}
         if self.memory_limit is not None:
-            o["schedule.memory_limit"] = self.memory_limit
+            o[f"schedule.{SCHEDULES[self.schedule].limit_key}"] = self.memory_limit
         return o | {"pp": self.pp, "dp": self.dp, "microbatches": self.microbatches,
                     "microbatch_size": self.microbatch_size, "virtual_stages": self.virtual_stages,
                     "checkpointing": self.checkpointing, "zero": self.zero, "placement": self.placement}
@@ -116,16 +109,21 @@ class Point:
     def config(self, base: Config) -> Config:
         """`base` with this point's keys (B set by its global batch, dp x M x B, as the printed
         commands set it)."""
-        schedule = (AutoScheduleConfig(memory_limit=self.memory_limit) if self.memory_limit is not None
-                    else replace(base.schedule, name=self.schedule))
+        entry = SCHEDULES[self.schedule]
+        if entry.config is None:
+            schedule = replace(base.schedule, name=self.schedule)
+        else:  # its own section, at its defaults and this point's memory limit
+            limit = {entry.limit_key: self.memory_limit} if self.memory_limit is not None and entry.limit_key else {}
+            schedule = entry.config(name=self.schedule, **limit)
         return replace(base, schedule=schedule, pp=self.pp, dp=self.dp,
                        microbatches=self.microbatches, global_batch=self.dp * self.microbatches * self.microbatch_size,
                        virtual_stages=self.virtual_stages, checkpointing=self.checkpointing, zero=self.zero,
                        placement=self.placement)
 
     def label(self) -> str:
-        v = f" v={self.virtual_stages}" if SCHEDULES[self.schedule].reads_virtual_stages else ""
-        limit = f" memory_limit={limit_label(self.memory_limit)}" if self.memory_limit is not None else ""
+        entry = SCHEDULES[self.schedule]
+        v = f" v={self.virtual_stages}" if entry.reads_virtual_stages else ""
+        limit = f" {entry.limit_key}={limit_label(self.memory_limit)}" if self.memory_limit is not None else ""
         return (f"{self.schedule} pp={self.pp} dp={self.dp} M={self.microbatches} B={self.microbatch_size}{v}{limit}"
                 f"{' ckpt' if self.checkpointing else ''}{' zero1' if self.zero else ''}"
                 f"{' dp_inner' if self.placement == 'dp_inner' else ''}")
@@ -134,8 +132,9 @@ class Point:
     def of(cls, c: Config) -> "Point":
         """The point a harness Config runs."""
         b = planned_microbatch_size(c)
-        v = c.virtual_stages if SCHEDULES[c.schedule.name].reads_virtual_stages else 1
-        limit = float(c.schedule.memory_limit) if c.schedule.name == AUTO else None
+        entry = SCHEDULES[c.schedule.name]
+        v = c.virtual_stages if entry.reads_virtual_stages else 1
+        limit = float(getattr(c.schedule, entry.limit_key)) if entry.limit_key else None
         return cls(c.schedule.name, c.pp, c.microbatches, v, c.dp, b, c.checkpointing, c.zero, c.placement, limit)
 
 
@@ -209,7 +208,7 @@ def _crossings(plan: Plan) -> int:
 
 @dataclass(frozen=True)
 class Space:
-    schedules: tuple[str, ...] = ()  # () : every built-in and zb_auto (`searchable`)
+    schedules: tuple[str, ...] = ()  # () : every schedule made from counts or costs (registry.searchable)
     pp: tuple[int, ...] | None = None  # None: every divisor of the GPUs
     dp: tuple[int, ...] | None = None  # None: gpus / pp
     microbatch_sizes: tuple[int, ...] | None = None  # None: every divisor of global_batch / dp
@@ -220,8 +219,9 @@ class Space:
     gpus: int | None = None  # GPUs a point uses (pp x dp); None: the whole cluster
     max_microbatches: int = 1024
     max_microbatch_size: int = 64
-    memory_limits: tuple[float, ...] | None = None  # zb_auto's; None: 1.0 and the budget's largest (module doc)
-    auto_top: int = 5  # zb_auto generated only where it could rank in this top (`search`; the CLI: --top)
+    # of the schedules that take one (their entry's limit_key); None: 1.0 and the budget's largest (module doc)
+    memory_limits: tuple[float, ...] | None = None
+    auto_top: int = 5  # orders made from costs only where they could rank in this top (`search`; the CLI: --top)
 
 
 @dataclass
@@ -310,7 +310,8 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                 drop(f"M > --max-microbatches {space.max_microbatches}", f"pp={pp} dp={dp} B={b}: M={m}")
                 continue
             for name in schedules:
-                for v in space.virtual_stages if SCHEDULES[name].reads_virtual_stages else (1,):
+                entry = SCHEDULES[name]
+                for v in space.virtual_stages if entry.reads_virtual_stages else (1,):
                     if pp == 1 and name != "1f1b" and "1f1b" in schedules:
                         drop("pp=1: the same step as 1f1b's, with at least its memory", f"{name} pp=1 dp={dp}")
                         continue
@@ -322,29 +323,30 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                         seen.add(sig)
                         for ck in space.checkpointing:
                             for z in space.zero:
-                                pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if name == AUTO else None)
+                                pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None)
                                 try:
                                     c = pt.config(p.config)
                                     validate(c, 0, p.model)
-                                    if name == AUTO:  # one stage per rank, which the plan checks once generated
-                                        check_stages(c, pp, p.num_layers)
+                                    if entry.needs == COSTS:  # its stages, which the plan checks once it is made
+                                        check_stages(c, pp * entry.chunks(v), p.num_layers)
                                 except ConfigError as e:
                                     drop(_reason(str(e)), f"{pt.label()}: {e}")
                                     continue
-                                if name == AUTO:
+                                if entry.limit_key:
                                     points += _limited(p, space, pt, drop)
                                 else:
                                     points.append(pt)
     return points, dropped, example
 
 
-MEMORY_LIMITS_ALLOWED = ("allowed: numbers > 0, zb_auto's schedule.memory_limit in units of 1F1B's peak (pp "
-                         "microbatches per rank), e.g. 1 2 or 1,2; or budget: 1 and the largest the memory allows")
+MEMORY_LIMITS_ALLOWED = ("allowed: numbers > 0, the memory limit of the schedules that take one (zb_auto's "
+                         "schedule.memory_limit) in units of 1F1B's peak (pp microbatches per rank), e.g. 1 2 or 1,2; "
+                         "or budget: 1 and the largest the memory allows")
 
 
 def holding(p: Problem, c: Config, held: int) -> RankBytes:
-    """The fullest GPU of zb_auto at `c` when a rank may hold `held` microbatches (from F to W): the
-    memory theory's bytes (harness/planning/memory_theory.py: parameters, gradients live, optimizer state and
+    """The fullest GPU of a schedule with a memory limit (zb_auto) at `c` when a rank may hold `held`
+    microbatches (from F to W): the memory theory's bytes (harness/planning/memory_theory.py: parameters, gradients live, optimizer state and
     ZeRO shard, a checkpointed backward's recompute) of the most any order within that count can
     hold on one stage per rank: `held` whole, or any mix of whole and deferred ones (between I and
     W, what the deferred W keeps). No order is generated."""
@@ -403,9 +405,10 @@ def _budget(p: Problem, c: Config, cap: int) -> tuple[int, int]:
 
 
 def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], None]) -> list[Point]:
-    """zb_auto's points at its memory limits (the module doc): one per number of microbatches a
-    rank may hold (min(L, M)); limits the budget does not allow, left out with the reason."""
-    pp, m = pt.pp, pt.microbatches
+    """The points of a schedule with a memory limit (its entry's limit_key; zb_auto's) at its limits (the module
+    doc): one per number of microbatches a rank may hold (min(L, M)); limits the budget does not allow, left
+    out with the reason."""
+    pp, m, name = pt.pp, pt.microbatches, pt.schedule
     out: list[Point] = []
     seen: set[int] = set()
     if space.memory_limits is not None:
@@ -416,9 +419,9 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
             except ConfigError as e:
                 drop(_reason(str(e)), f"{q.label()}: {e}")
                 continue
-            held = min(limit_of(x, pp), m)
+            held = min(x * pp, m)  # microbatches a rank may hold: the limit x 1F1B's peak (pp)
             if held in seen:
-                drop("zb_auto: a memory limit holding as many microbatches as one before it",
+                drop(f"{name}: a memory limit holding as many microbatches as one before it",
                      f"{q.label()}: {held} per rank")
                 continue
             seen.add(held)
@@ -427,14 +430,15 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
     c = pt.config(p.config)
     most, one = _budget(p, c, min(m, 2 * pp))
     if most < 1:
-        drop("zb_auto: not one microbatch per rank fits the memory budget (memory theory)",
+        drop(f"{name}: not one microbatch per rank fits the memory budget (memory theory)",
              f"{pt.label()}: {one / GIB:.1f} GiB holding 1, {p.cluster.usable_bytes / GIB:.1f} GiB usable")
         return out
     ones = min(pp, m)  # what memory_limit=1 holds
     if ones <= most:
         out.append(pt)
     else:
-        drop("zb_auto: memory_limit=1 holds more microbatches than the memory budget allows (memory theory)",
+        drop(f"{name}: {SCHEDULES[name].limit_key}=1 holds more microbatches than the memory budget allows "
+             "(memory theory)",
              f"{pt.label()}: {ones} per rank, the budget allows {most}")
     if most != ones:
         out.append(replace(pt, memory_limit=most / pp))
@@ -442,16 +446,19 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
 
 
 def auto_bound(p: Problem, pt: Point) -> float:
-    """A lower bound of zb_auto's predicted step at `pt`, from its priced costs alone (no order
-    generated): on each rank r, from its first input on (the forward chain before it, hops
-    included), the larger of
+    """A lower bound of the predicted step at `pt` of a schedule made from costs (zb_auto's), from
+    its priced costs alone (no order made): on each rank r, from its first input on (the forward
+    chain before it, hops included), the larger of
     - its busy time, M x (F + I + W) on its stage, then its all-reduce, and
     - M x T_r / units: each microbatch holds one microbatch's activations on rank r at least from
-      its F's end to its I's start, T_r (its forward and backward chain through the later
-      stages, hops included), and the rank holds at most units = its limit's microbatches
-      (harness/schedules/auto.py's limit_of) at once;
+      its F's end to its I's (or B's) start, T_r (its forward and backward chain through the later
+      stages, hops included), and the rank holds at most units = its memory limit x pp
+      microbatches at once (M without a limit);
     then its optimizer step and the per-step overhead. Every order within the limit takes at
-    least this long (the simulator runs a rank's actions one at a time)."""
+    least this long (the simulator runs a rank's actions one at a time). 0 (no bound) for a
+    schedule with more than one stage per rank."""
+    if pt.chunks != 1:
+        return 0.0
     c = pt.config(p.config)
     c = replace(c, microbatch_size=planned_microbatch_size(c))
     cost = _priced(p, c)
@@ -460,7 +467,7 @@ def auto_bound(p: Problem, pt: Point) -> float:
     F, I, W = cost.fwd_s, cost.igrad, cost.wgrad  # noqa: E741
     sync = cost.sync_s or (0.0,) * n
     opt = cost.optimizer_s or (0.0,) * n
-    units = limit_of(pt.memory_limit if pt.memory_limit is not None else 1.0, n)
+    units = pt.memory_limit * n if pt.memory_limit is not None else m
     start, bound = 0.0, 0.0
     for r in range(n):
         # F_r's output reaches r + 1, runs forward to the last stage, and its gradient back to r
@@ -472,7 +479,7 @@ def auto_bound(p: Problem, pt: Point) -> float:
 
 
 def _priced(p: Problem, c: Config) -> CostModel:
-    """The costs zb_auto's order is generated for at `c` (plan.generated_artifacts' pricing, its
+    """The costs an order made from costs is made for at `c` (plan.costed_inputs' pricing; zb_auto's
     schedule.costs=model): the partition's modeled costs priced on one stage per rank."""
     bounds = make_partition(c, p.model, c.pp).bounds
     modeled, _ = emulated_costs(c, bounds, p.model)
@@ -526,7 +533,8 @@ def _groups(points: list[Point]) -> list[list[Point]]:
     groups: dict[tuple, list[Point]] = {}
     for pt in sorted(points):
         key = (pt.schedule, pt.pp, pt.microbatches, pt.virtual_stages)
-        groups.setdefault(key + ((pt,) if pt.memory_limit is not None else ()), []).append(pt)  # zb_auto: its own
+        made = SCHEDULES[pt.schedule].needs == COSTS  # made from the point's own costs: its own group
+        groups.setdefault(key + ((pt,) if made else ()), []).append(pt)
     return list(groups.values())
 
 
@@ -535,10 +543,10 @@ def _nth(n: int) -> str:
 
 
 def _work(group: list[Point]) -> float:
-    """A group's relative cost: its schedule's actions per point (zb_auto's: ~10 candidate orders generated and
-    simulated)."""
+    """A group's relative cost: its schedule's actions per point, times its entry's plan_cost (zb_auto's: ~10
+    candidate orders generated and simulated)."""
     pt = group[0]
-    return len(group) * pt.pp * pt.microbatches * pt.chunks * (10 if pt.memory_limit is not None else 1)
+    return len(group) * pt.pp * pt.microbatches * pt.chunks * SCHEDULES[pt.schedule].plan_cost
 
 
 def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None = None,
@@ -562,8 +570,8 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
         memory.warm(b)
         if split and hasattr(memory, "deferred"):  # what a split backward's deferred W keeps, traced here too
             memory.deferred(0, memory.L, b)
-    auto = [pt for pt in points if pt.memory_limit is not None]
-    others = [pt for pt in points if pt.memory_limit is None]
+    auto = [pt for pt in points if SCHEDULES[pt.schedule].needs == COSTS]  # made per point: predicted last
+    others = [pt for pt in points if SCHEDULES[pt.schedule].needs != COSTS]
     total = [len(points)]
     preds: list[Prediction] = []
 
@@ -573,7 +581,7 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
             progress(len(preds), total[0])
 
     def keep(auto: list[Point]) -> list[Point]:
-        """zb_auto's points that could rank in the top `auto_top` beside the others' predictions."""
+        """The points made from costs that could rank in the top `auto_top` beside the others' predictions."""
         top = max(1, space.auto_top)
         steps = sorted(x.step_time_s for x in preds if x.fits)
         if len(steps) < top or not auto:
@@ -585,7 +593,7 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
             if bound < worst:
                 kept.append(pt)
             else:
-                why = f"zb_auto: its lower bound is slower than the {_nth(top)} fastest point of the others"
+                why = f"{pt.schedule}: its lower bound is slower than the {_nth(top)} fastest point of the others"
                 dropped[why] = dropped.get(why, 0) + 1
                 examples.setdefault(why, f"{pt.label()}: at least {bound:.4g} s a step, the {_nth(top)} {worst:.4g} s")
         total[0] -= len(auto) - len(kept)

@@ -16,6 +16,7 @@ from itertools import groupby
 
 from harness.export.point import Point
 from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
+from harness.schedules.registry import FILE, spec
 
 COMMIT = "d98e8a64ddf3 (2026-08-22)"  # NVIDIA/Megatron-LM, the parser these flags are checked against
 LLAMA_LIKE = ("llama", "mistral", "qwen2")  # RMSNorm, SwiGLU, rotary positions, no linear biases
@@ -60,7 +61,7 @@ def _schedule(p: Point, s: Script) -> int:
     per_rank = p.stages // p.pp
     if p.schedule in ("1f1b", "interleaved_1f1b"):
         return per_rank
-    if p.schedule == "csv":
+    if spec(p.schedule).needs == FILE:
         what = "Megatron-LM takes no schedule as data"
     elif p.placement_kind() == "v":
         what = f"Megatron-LM has no zero-bubble or V-shape schedule (schedule={p.schedule})"

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.frontend.compose import compose_config
+from harness.frontend.compose import compose_config, schedule_key
 from harness.config import Config, ConfigError
 from harness.records.record import RESULT
 from harness.records.result import RecordError, read
 from harness.records.safe_io import FileRefused, read_bytes
 from harness.schedules.ir import Schedule
-from harness.schedules.registry import V_SHAPE, build, spec
+from harness.schedules.registry import COUNTS, build, spec
 
 ALLOWED_SOURCE = "a run directory (with result.json), its result.json, or advice.json[#RANK]"
 DECODERS = ("gpt", "hf")  # harness models whose layers are embedding, blocks, head (harness/model/)
@@ -59,7 +59,7 @@ class Point:
     model: dict[str, Any]  # the config's model group, as recorded
     layers_per_stage: tuple[int, ...]  # harness layers of each stage, stages in model order
     stage_rank: tuple[int, ...]  # the pipeline rank of each stage
-    recorded_schedule: Schedule | None  # the actions a run ran; None: built from the registry
+    recorded_schedule: Schedule | None  # the actions a run ran (or a made advice point's); None: built from the registry
     launch: Launch
 
     @property
@@ -101,7 +101,8 @@ class Point:
         return "other"
 
     def actions(self) -> Schedule:
-        """The schedule's actions per rank: as the run recorded them, else as the registry builds them."""
+        """The schedule's actions per rank: as the run recorded them (or the planner made them), else as the
+        registry builds them from the counts."""
         if self.recorded_schedule is not None:
             return self.recorded_schedule
         return build(self.schedule, self.pp, self.microbatches, self.virtual_stages)
@@ -167,24 +168,33 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Point:
         raise ExportError(f"rank={rank}: no point of {path} has that rank (allowed: {allowed})")
     point = ranked[rank]
     try:
-        config = asdict(_config(data.get("overrides", []), point["overrides"]))
+        typed = _config(data.get("overrides", []), point["overrides"])
+        config = asdict(typed)
         layers = tuple(int(n) for n in point["layers_per_stage"])
+        entry = spec(config["schedule"]["name"])
+        # an order made from the point's costs: made again as the planner made it (its plan, executor=sim)
+        made = None if entry.needs == COUNTS else _planned(typed)
     except ConfigError as e:
         raise ExportError(f"source={path}#{rank}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"source={path}#{rank}: not an advice point (its overrides and layers_per_stage, "
                           f"as harness.advise writes them: {type(e).__name__} {e})") from None
-    stage_spec = spec(config["schedule"]["name"])
-    n = config["pp"]
-    ranks = tuple(min(s, 2 * n - 1 - s) if stage_spec.placement == V_SHAPE else s % n for s in range(len(layers)))
+    ranks = entry.owner(len(layers), config["pp"])
     label = f"{path}#{rank}: {point.get('label', '')}".rstrip(": ")
-    return _point(label, config, layers, ranks, None, _launch(data.get("cluster"), config["pp"] * config["dp"]))
+    return _point(label, config, layers, ranks, made, _launch(data.get("cluster"), config["pp"] * config["dp"]))
+
+
+def _planned(c: Config) -> Schedule:
+    """The actions `python -m harness executor=sim` plans for `c` (imports the planner, and torch, only here)."""
+    from harness.planning.plan import make_plan
+
+    return make_plan(replace(c, executor="sim")).schedule
 
 
 def _config(keys: list[str], overrides: dict[str, Any]) -> Config:
     """The Config `python -m harness <the advice's keys> <the point's>` runs (Hydra composes it:
     scenarios and groups as on the command line; no file the keys name is read)."""
-    point = [f"schedule={overrides['schedule']}"] + [f"{k}={_hydra(v)}" for k, v in overrides.items()
+    point = [schedule_key(overrides["schedule"])] + [f"{k}={_hydra(v)}" for k, v in overrides.items()
                                                       if k != "schedule"]
     return compose_config([*keys, *point])
 

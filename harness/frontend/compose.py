@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.config import (BASES, OPTIONS, ClusterConfig, Config, ConfigError, check_cluster, job_dirname,
                             option_class, unknown_key)
 from harness.frontend.errors import hydra_problem, omegaconf_problem
+from harness.schedules.registry import SCHEDULES
 
 
 def register() -> None:
@@ -30,6 +31,14 @@ def register() -> None:
             cs.store(group=group, name=f"schema_{name}", node=cls)
     if not OmegaConf.has_resolver("harness.dirname"):
         OmegaConf.register_new_resolver("harness.dirname", job_dirname)
+
+
+def schedule_key(name: str) -> str:
+    """How a command line picks schedule `name`: `schedule=<name>`, its Hydra option
+    (harness/conf/schedule/<name>.yaml, with its keys), else `schedule.name=<name>` (a schedule
+    registered from outside the package, on the group's base keys)."""
+    option = Path(__file__).resolve().parents[1] / "conf" / "schedule" / f"{name}.yaml"
+    return f"schedule={name}" if option.is_file() else f"schedule.name={name}"
 
 
 def compose_config(overrides: list[str], cwd: str | Path | None = None) -> Config:
@@ -155,8 +164,10 @@ def absolute_paths(c: Config, cwd: str | Path | None = None) -> Config:
     the config then means the same in any directory (a job's own under hydra.job.chdir=true,
     a worker's) and the record says which file ran."""
     c.profile = absolute_path(c.profile, cwd)
-    if hasattr(c.schedule, "csv_path"):
-        c.schedule.csv_path = absolute_path(c.schedule.csv_path, cwd)
+    entry = SCHEDULES.get(c.schedule.name)
+    for key in entry.paths if entry is not None else ():  # the files its entry names (schedule.csv_path)
+        if hasattr(c.schedule, key):
+            setattr(c.schedule, key, absolute_path(getattr(c.schedule, key), cwd))
     target = getattr(c.model, "target", None)
     if target:
         module, sep, attr = target.rpartition(":")

@@ -21,7 +21,6 @@ from harness.runtime.precision import Precision
 from harness.runtime.faults import parse_fault
 from harness.runtime.registry import EXECUTORS, Executor, entry_point
 from harness.records.safe_io import FileRefused, check
-from harness.schedules.csv_io import read_csv
 from harness.schedules.registry import SCHEDULES, chunks_per_rank, requirements
 from harness.simulate.pricing import optimizer_bytes_touched
 
@@ -140,11 +139,10 @@ def _check_run(c: Config, executor: Executor) -> None:
     spec = SCHEDULES[c.schedule.name]
     if executor.simulated:  # sim keeps one step standing for all
         return
-    if c.schedule.name == "csv":  # the file's own count (read, checked and cached by schedule.check)
-        try:
-            per_step = sum(len(actions) for actions in read_csv(c.schedule.csv_path, c.pp).values())
-        except ValueError:  # said by the schedule's own check
+    if spec.actions is not None:  # its own count (a file's: read, checked and cached by its check)
+        if (counted := spec.actions(c)) is None:  # said by the schedule's own check
             return
+        per_step = counted
     else:
         per_step = c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages) * c.microbatches * \
             (3 if spec.split_backward else 2)

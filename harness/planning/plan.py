@@ -24,10 +24,8 @@ from harness.records.result import PlanRecord, RecordError
 from harness.records.result import read as read_result
 from harness.runtime.registry import EXECUTORS
 from harness.schedules import p2p
-from harness.schedules.auto import generate
-from harness.schedules.csv_io import read_csv
 from harness.schedules.ir import Schedule
-from harness.schedules.registry import build, spec
+from harness.schedules.registry import COSTS, COUNTS, ScheduleInputs, ScheduleSpec, build, spec
 from harness.schedules.validate import ScheduleError
 from harness.schedules.validate import validate as validate_schedule
 from harness.simulate import engine
@@ -170,19 +168,34 @@ def builtin_artifacts(name: str, pp: int, m: int, v: int) -> ScheduleArtifacts:
 
 
 def load_schedule(c: Config) -> ScheduleArtifacts:
-    """The built-in schedule, or the CSV file's; validated (counts, order, no deadlock)."""
+    """The schedule of an entry made from its counts (built and validated once per process) or
+    from a file (its entry's `make`); validated (counts, order, no deadlock)."""
+    entry = spec(c.schedule.name)
+    if entry.needs == COUNTS:
+        try:
+            return builtin_artifacts(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)
+        except ScheduleError as e:
+            raise _schedule_error(entry, c, e) from None
+    return made_artifacts(c, entry, ScheduleInputs(c))
+
+
+def made_artifacts(c: Config, entry: ScheduleSpec, inputs: ScheduleInputs) -> ScheduleArtifacts:
+    """The plan `entry` makes from `inputs`, one row of actions per rank, validated against the
+    run's microbatches; ConfigError (one line) naming the entry's key (`ScheduleSpec.where`)."""
     try:
-        if c.schedule.name == "csv":
-            schedule = read_csv(c.schedule.csv_path)
-            if sorted(schedule) != list(range(c.pp)):
-                raise ConfigError(f"schedule.csv_path={c.schedule.csv_path}: {len(schedule)} rows (ranks), "
-                                  f"pp={c.pp} (allowed: one row per rank)")
-            return artifacts_of(schedule, c.microbatches)
-        return builtin_artifacts(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)
-    except ScheduleError as e:
-        first, _, grid = str(e).partition("\n")
-        where = f"schedule.csv_path={c.schedule.csv_path}" if c.schedule.name == "csv" else f"schedule={c.schedule.name}"
-        raise ConfigError(f"{where}: {first}", detail=grid) from None
+        schedule = entry.make(inputs)
+        if sorted(schedule) != list(range(c.pp)):
+            raise ConfigError(f"{entry.where(c)}: {len(schedule)} rows (ranks), pp={c.pp} (allowed: one row per rank)")
+        return artifacts_of(schedule, c.microbatches)
+    except ConfigError:
+        raise
+    except ValueError as e:  # ScheduleError, and what the entry refuses to make
+        raise _schedule_error(entry, c, e) from None
+
+
+def _schedule_error(entry: ScheduleSpec, c: Config, e: Exception) -> ConfigError:
+    first, _, grid = str(e).partition("\n")
+    return ConfigError(f"{entry.where(c)}: {first}", detail=grid)
 
 
 def make_partition(c: Config, model: BuiltModel, stages: int) -> Partition:
@@ -244,10 +257,11 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         c = replace(c, microbatch_size=planned_microbatch_size(c))
     executor = EXECUTORS[c.executor]
     device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
-    generated = c.schedule.name == "zb_auto"  # one stage per rank, its order made for the costs below
-    art = None if generated else load_schedule(c)
-    stages = c.pp if art is None else art.stages
-    if spec(c.schedule.name).build is None:  # a schedule as data (csv, zb_auto): its stages are known now
+    entry = spec(c.schedule.name)
+    # made from costs: its order comes once the costs below are priced, on the stages its placement says
+    art = None if entry.needs == COSTS else load_schedule(c)
+    stages = c.pp * entry.chunks(c.virtual_stages) if art is None else art.stages
+    if entry.needs != COUNTS:  # a schedule made from more than its counts: its stages are known now
         check_stages(c, stages, model.num_layers)
     try:
         partition = make_partition(c, model, stages)
@@ -256,9 +270,10 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         raise ConfigError(str(e)) from None
     if art is None:
         cl = c.cluster
-        art, note = generated_artifacts(c, partition, cost, model,
-                                        cl.device if cl is not None and executor.simulated else device)
-        notes.append(note)
+        inputs = costed_inputs(c, entry, partition, cost, model,
+                               cl.device if cl is not None and executor.simulated else device)
+        art = made_artifacts(c, entry, inputs)
+        notes += inputs.notes
     schedule = art.schedule
     # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
     # exchange through host memory over gloo
@@ -291,35 +306,30 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     return plan
 
 
-def generated_artifacts(c: Config, partition: Partition, cost: CostModel, model: BuiltModel, device: str
-                        ) -> tuple[ScheduleArtifacts, str]:
-    """schedule=zb_auto: the order generated for this plan's priced costs (its compute, links,
-    syncs, overheads: what executor=sim runs on) and its memory (what each stage's deferred W
-    keeps of a microbatch's activations, memory theory's trace on `device`), validated; and a
-    note of how it was made."""
+def costed_inputs(c: Config, entry: ScheduleSpec, partition: Partition, cost: CostModel, model: BuiltModel,
+                  device: str) -> ScheduleInputs:
+    """What an entry made from costs makes its plan from, each priced when it asks: the plan's
+    costs priced on the stages as its placement puts them (its compute, links, syncs, overheads:
+    what executor=sim runs on), a prior run's measured costs over them, and what each stage's
+    deferred W keeps of a microbatch's activations (memory theory's trace on `device`)."""
     stage_params = [sum(model.layer_params[a:b]) for a, b in partition.bounds]
     nbytes = DTYPE_BYTES[c.dtype] * model.activation_numel(c.microbatch_size)
-    priced = price(c, cost, tuple(range(c.pp)), stage_params, nbytes)
-    if c.schedule.costs != "model":
-        priced = measured_costs(c.schedule.costs, c.pp, priced)
-    try:
-        mem = layer_memory(model, c.dtype, device)
-        acts = [mem.stage(a, e, c.microbatch_size, c.checkpointing, c.checkpoint_every, split=True)
-                for a, e in partition.bounds]
-        w = tuple(min(1.0, x.deferred / x.kept) if x.kept else 1.0 for x in acts)
-    except ValueError:  # no per-layer memory (a model not buildable on the meta device): count it whole
-        w = (1.0,) * c.pp
-    try:
-        g = generate(c.pp, c.microbatches, priced, c.schedule.memory_limit, w)
-        art = artifacts_of(g.schedule, c.microbatches)
-    except (ValueError, ScheduleError) as e:
-        raise ConfigError(f"schedule=zb_auto: {str(e).splitlines()[0]}") from None
-    how = g.knobs if isinstance(g.knobs, str) else ", ".join(f"{k}={v}" for k, v in vars(g.knobs).items())
-    on = "the plan's priced costs" if c.schedule.costs == "model" else f"{c.schedule.costs}'s measured costs"
-    return art, (f"schedule=zb_auto: memory_limit={c.schedule.memory_limit:g} ({g.limit:g} microbatches' "
-                 f"activations per rank, a deferred W keeping {min(w):.2f}-{max(w):.2f} of one): the shortest period "
-                 f"of {g.candidates} candidates ({how}) on {on}, period {g.period_s:.4g} s, step {g.step_s:.4g} s; "
-                 f"generated in {g.seconds:.3f} s")
+    owner = entry.owner(len(partition.bounds), c.pp)
+    inputs = ScheduleInputs(c)
+
+    def deferred() -> tuple[float, ...]:
+        try:
+            mem = layer_memory(model, c.dtype, device)
+            acts = [mem.stage(a, e, c.microbatch_size, c.checkpointing, c.checkpoint_every, split=True)
+                    for a, e in partition.bounds]
+            return tuple(min(1.0, x.deferred / x.kept) if x.kept else 1.0 for x in acts)
+        except ValueError:  # no per-layer memory (a model not buildable on the meta device): count it whole
+            return (1.0,) * len(partition.bounds)
+
+    inputs.priced = lambda: price(c, cost, owner, stage_params, nbytes)
+    inputs.deferred = deferred
+    inputs.measured = lambda run_dir: measured_costs(run_dir, c.pp, inputs.costs())
+    return inputs
 
 
 def measured_costs(run_dir: str, pp: int, priced: CostModel) -> CostModel:

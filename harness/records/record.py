@@ -24,6 +24,7 @@ from harness.records.jsonsafe import strict
 from harness.records.safe_io import check, read_text
 from harness.records.result import Env
 from harness.measure.trace import COMPUTE, Event, Trace
+from harness.schedules.registry import SCHEDULES
 
 if TYPE_CHECKING:
     from harness.measure.execution import Execution, RankReport
@@ -167,12 +168,9 @@ def input_files(config: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     if getattr(config, "profile", None):
         out["profile"] = str(config.profile)
-    schedule = config.schedule
-    if getattr(schedule, "csv_path", None):
-        out["schedule.csv_path"] = str(schedule.csv_path)
-    costs = getattr(schedule, "costs", None)
-    if schedule.name == "zb_auto" and costs and costs != "model":
-        out["schedule.costs"] = str(Path(costs) / RESULT)
+    entry = SCHEDULES.get(config.schedule.name)
+    if entry is not None:  # the files its entry names (a CSV schedule's, the run a generated one's costs come from)
+        out.update(entry.files(config.schedule))
     target = getattr(config.model, "target", None)
     if config.model.name == "custom" and target:
         module = target.rpartition(":")[0]

@@ -25,7 +25,7 @@ CAPS: dict[str, int] = {
     # 14 layers x 3 sizes, is 14 KB): 64 MiB is ~100,000 layers at 4 sizes
     "profile": 64 * MiB,
     # a schedule CSV holds at most config.MAX_ACTIONS (1,000,000) cells of a few bytes ("31F4095,")
-    "csv": 16 * MiB,
+    "schedule_csv": 16 * MiB,
     # a custom model's source file: examples/my_model.py is 4 KB
     "model": 4 * MiB,
     # trace.json is written with at most record.MAX_TRACE_EVENTS (200,000) events, plus step slices and

@@ -8,15 +8,18 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from harness.schedules.registry import SCHEDULES
+
 
 def ok(runs: Iterable[dict]) -> list[dict]:
     return [r for r in runs if r["status"] == "ok"]
 
 
 def schedule_label(c: dict) -> str:
+    """The schedule as its entry names it (a generated one with the key that says which), and its v."""
     name = c["schedule"]["name"]
-    if name == "zb_auto":  # one generator, many schedules: its memory limit names which
-        name = f"zb_auto mem={c['schedule'].get('memory_limit', 1.0):g}"
+    if name in SCHEDULES:
+        name = SCHEDULES[name].name_in_report(c["schedule"])
     return f"{name} v={c['virtual_stages']}" if c.get("virtual_stages", 1) > 1 else name
 
 

@@ -37,15 +37,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.simulate.gc_pause import paused
 from harness.schedules.builders import zb_h1, zb_h2
 from harness.schedules.ir import Action, Kind, Schedule
-from harness.schedules.registry import ScheduleSpec, register
+from harness.config import ScheduleConfig
+from harness.schedules.registry import COSTS, ScheduleInputs, ScheduleSpec, register
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 
@@ -377,12 +380,55 @@ def _best(n: int, m: int, cost: CostModel, limit: float, ws: tuple[float, ...], 
     return Generated(best[2], best[3], best[0], best[1], len(seen), time.perf_counter() - t0, limit)
 
 
+# -- the registry entry: schedule=zb_auto, made from the run's priced costs ------------------------
+@dataclass
+class AutoScheduleConfig(ScheduleConfig):
+    """schedule=zb_auto: a zero-bubble order generated for the run's own costs."""
+
+    name: str = "zb_auto"
+    memory_limit: float = 1.0  # microbatches a rank may hold from F to W, in units of 1F1B's peak (N): 1.0 ZB-1p
+    costs: str = "model"  # model: the plan's priced costs (emulated or a profile, and its links) | a run dir: its measured
+
+    def problem(self, c: Any) -> str | None:
+        m = self.memory_limit
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 1 / c.pp:
+            return (f"schedule.memory_limit={m!r}: in units of 1F1B's peak, pp={c.pp} microbatches "
+                    f"(allowed: a number >= 1/pp = {1 / c.pp:.3g}, one microbatch per rank)")
+        if self.costs != "model" and not os.path.isfile(os.path.join(self.costs, "result.json")):
+            return (f"schedule.costs={self.costs}: no result.json there (allowed: model, or a "
+                    "prior run's directory: its measured per-stage F, I, W and hop)")
+        return None
+
+
+def make(x: ScheduleInputs) -> Schedule:
+    """The order generated for the plan's priced costs (or a prior run's measured ones,
+    schedule.costs) and what each stage's deferred W keeps; its note says how it was made."""
+    s = x.section
+    cost = x.costs() if s.costs == "model" else x.measured_costs(s.costs)
+    w = x.deferred_share()
+    g = generate(x.pp, x.microbatches, cost, s.memory_limit, w)
+    how = g.knobs if isinstance(g.knobs, str) else ", ".join(f"{k}={v}" for k, v in vars(g.knobs).items())
+    on = "the plan's priced costs" if s.costs == "model" else f"{s.costs}'s measured costs"
+    x.note(f"memory_limit={s.memory_limit:g} ({g.limit:g} microbatches' activations per rank, a deferred W keeping "
+           f"{min(w):.2f}-{max(w):.2f} of one): the shortest period of {g.candidates} candidates ({how}) on {on}, "
+           f"period {g.period_s:.4g} s, step {g.step_s:.4g} s; generated in {g.seconds:.3f} s")
+    return g.schedule
+
+
 def _check(c: Any) -> str | None:
     if c.virtual_stages != 1:
         return f"virtual_stages={c.virtual_stages}: zb_auto has one stage per rank (allowed: 1)"
     return None
 
 
+def _inputs(section: Any) -> dict[str, str]:
+    """The prior run's record its costs come from (schedule.costs)."""
+    costs = getattr(section, "costs", None)
+    return {"schedule.costs": str(Path(costs) / "result.json")} if costs and costs != "model" else {}
+
+
 register(ScheduleSpec(
     "zb_auto", "zero-bubble order generated for the run's costs and schedule.memory_limit (arXiv 2401.10241 sec. 3)",
-    None, split_backward=True, check=_check, color="#17becf"))
+    None, split_backward=True, check=_check, color="#17becf", needs=COSTS, make=make, config=AutoScheduleConfig,
+    inputs=_inputs, label=lambda s: f"zb_auto mem={s.get('memory_limit', 1.0):g}", limit_key="memory_limit",
+    plan_cost=10.0))

@@ -14,12 +14,14 @@ import csv
 import functools
 import io
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from harness.config import MAX_ACTIONS
+from harness.config import MAX_ACTIONS, ScheduleConfig
 from harness.records.safe_io import CAPS, FileRefused, check, read_text
 from harness.schedules.ir import Action, Kind, Schedule
-from harness.schedules.registry import FROM_DATA, ScheduleSpec, register
+from harness.schedules.registry import FILE, FROM_DATA, ScheduleInputs, ScheduleSpec, register
 from harness.schedules.validate import ScheduleError
 
 _OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
@@ -65,7 +67,7 @@ def write_csv(path: str | Path, schedule: Schedule) -> None:
     Path(path).write_text(to_csv(schedule))
 
 
-MAX_CSV_BYTES = CAPS["csv"]  # a million actions of a few characters each, with room to spare
+MAX_CSV_BYTES = CAPS["schedule_csv"]  # a million actions of a few characters each, with room to spare
 KEY = "schedule.csv_path"
 
 
@@ -78,7 +80,7 @@ def read_csv(path: str | Path, ranks: int | None = None) -> Schedule:
     action before it leads to. Rows and cells are counted before any cell is parsed; each
     file version is counted and parsed once (validation and the plan both read it)."""
     try:
-        st = check(path, KEY, "csv")
+        st = check(path, KEY, "schedule_csv")
         rows = _rows(str(path), st.st_mtime_ns, st.st_size)
         if ranks is not None and rows != ranks:
             raise ScheduleError(f"schedule CSV: {rows} rows (ranks), pp={ranks} (allowed: one row per rank)")
@@ -90,7 +92,7 @@ def read_csv(path: str | Path, ranks: int | None = None) -> Schedule:
 
 @functools.lru_cache(maxsize=8)
 def _rows(path: str, mtime_ns: int, size: int) -> int:
-    text = read_text(path, KEY, "csv")
+    text = read_text(path, KEY, "schedule_csv")
     try:
         rows = sum(1 for _ in csv.reader(io.StringIO(text)))  # C speed: rows and cells before any action
     except csv.Error as e:
@@ -106,7 +108,7 @@ def _rows(path: str, mtime_ns: int, size: int) -> int:
 
 @functools.lru_cache(maxsize=2)  # a million actions are ~70 MB of tuples: the last two files only
 def _parsed(path: str, mtime_ns: int, size: int) -> Schedule:
-    schedule = from_csv(read_text(path, KEY, "csv"))
+    schedule = from_csv(read_text(path, KEY, "schedule_csv"))
     for rank, actions in sorted(schedule.items()):
         if not actions:
             raise ScheduleError(f"schedule CSV row {rank + 1} (rank {rank}): no actions (every rank must run at "
@@ -130,7 +132,14 @@ def _check_stages(schedule: Schedule) -> None:
                         "forward and backward of every microbatch)")
 
 
-def _check_csv(c) -> str | None:
+# -- the registry entry: schedule=csv, made from a file ---------------------------------------------
+@dataclass
+class CSVScheduleConfig(ScheduleConfig):
+    name: str = "csv"
+    csv_path: str | None = None  # PyTorch compute_only CSV, one row per rank
+
+
+def _check_csv(c: Any) -> str | None:
     """schedule=csv: the file must be a regular file of a schedule CSV's size with one row per
     rank and at most MAX_ACTIONS cells, its actions well formed (checked here, before any
     worker; the plan validates the schedule itself)."""
@@ -145,5 +154,18 @@ def _check_csv(c) -> str | None:
     return None
 
 
+def _actions(c: Any) -> int | None:
+    """The file's own count a step (read, checked and cached by the check above); None where it does not read."""
+    try:
+        return sum(len(actions) for actions in read_csv(c.schedule.csv_path, c.pp).values())
+    except ValueError:  # said by the schedule's own check
+        return None
+
+
+def _make(x: ScheduleInputs) -> Schedule:
+    return read_csv(x.section.csv_path)
+
+
 register(ScheduleSpec("csv", "any schedule as data: torch's compute_only CSV (schedule.csv_path), validated",
-                      None, placement=FROM_DATA, check=_check_csv, color="#7f7f7f"))
+                      None, placement=FROM_DATA, check=_check_csv, color="#7f7f7f", needs=FILE, make=_make,
+                      config=CSVScheduleConfig, paths=("csv_path",), actions=_actions))
