@@ -67,7 +67,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-microbatch-size", type=int, default=64)
     ap.add_argument("--workers", type=int, default=None, help="processes evaluating points (default: the cores)")
     ap.add_argument("--memory-limits", nargs="+", default=["budget"], metavar="LIMIT",
-                    help="the memory limits of the schedules that take one (zb_auto's schedule.memory_limit), in units of 1F1B's peak (pp microbatches per rank), "
+                    help="the memory limits of the schedules that take one (zb_auto's schedule.memory_limit), in "
+                         "units of 1F1B's peak (pp microbatches per rank), "
                          "e.g. 1 2 or 1,2 (default budget: 1 and the largest the memory budget allows)")
     return ap
 

@@ -15,27 +15,31 @@ Two choices of the search's own, not of validity: at pp=1 only 1f1b (one stage h
 overlap: every schedule takes its time, with at least its memory), and placements that put
 every message and every all-reduce on the same links are one point (pp_inner kept).
 
-schedule=zb_auto (harness/schedules/auto.py: a zero-bubble order generated in planning for the
-point's own priced costs, each rank holding at most `schedule.memory_limit` x pp microbatches'
-activations) is searched beside the built-ins. Its decisions (the README's planner section):
-- Two memory limits per point (Space.memory_limits None), in steps of 1/pp (L microbatches per
-  rank, limit L / pp): 1.0, the zero-bubble paper's ZB-1p (1F1B's pp on its first rank), and
-  the largest L the memory budget allows, at most min(M, 2 pp) (M: no rank holds more; 2 pp:
-  the paper's ZB-2p, past which it finds nothing to gain). That L comes from the memory theory
-  alone (`holding`: each rank's parameters, gradients, optimizer state and ZeRO shard, L of its
-  stage's microbatches held whole or deferred between I and W, a checkpointed backward's
-  recompute; `budget_limit`: a few evaluations, never an order generated per L). Every order the
-  generator makes holds at most L, so the point fits whatever order it picks; at L + 1 a rank
-  could pass the budget (tests/test_advise.py). Limits that hold as many microbatches
-  (min(L, M)) are one point (1.0 kept); where 1.0 holds more than the budget allows, or not one
-  microbatch fits, zb_auto is left out there with that reason. The limit is L / pp exactly,
-  printed as Python writes the float (0.5625, 1.3333333333333333), read back as L.
-  `--memory-limits 1 2` (Space.memory_limits) tries exactly the limits given, over budget or not.
-- Only where it can rank in the top k (Space.auto_top, the CLI's --top): generation costs up to
-  seconds a point, so zb_auto's points are predicted after the others and generated only where
-  `auto_bound`, a lower bound of their step from the priced costs alone, beats the k-th fastest
-  fitting point of the others; the rest are left out with that reason. No order within the
-  limit could enter the top k there, so the top k are what generating every point would give.
+A schedule made from each point's costs (its registry entry's needs=COSTS: schedule=zb_auto,
+harness/schedules/auto.py, a zero-bubble order generated in planning for the point's own priced
+costs, each rank holding at most `schedule.memory_limit` x pp microbatches' activations) is
+searched beside the built-ins. Its decisions (the README's planner section), asked of its entry,
+never its name:
+- An entry with a memory limit (its `limit_key`: zb_auto's memory_limit) is searched at two limits
+  per point (Space.memory_limits None), in steps of 1/pp (L microbatches per rank, limit L / pp):
+  1.0, the zero-bubble paper's ZB-1p (1F1B's pp on its first rank), and the largest L the memory
+  budget allows, at most min(M, 2 pp) (M: no rank holds more; 2 pp: the paper's ZB-2p, past which
+  it finds nothing to gain). That L comes from the memory theory alone (`holding`: each rank's
+  parameters, gradients, optimizer state and ZeRO shard, L of its stage's microbatches held whole
+  or deferred between I and W, a checkpointed backward's recompute; `budget_limit`: a few
+  evaluations, never an order generated per L). Every order the generator makes holds at most L,
+  so the point fits whatever order it picks; at L + 1 a rank could pass the budget
+  (tests/test_advise.py). Limits that hold as many microbatches (min(L, M)) are one point (1.0
+  kept); where 1.0 holds more than the budget allows, or not one microbatch fits, the schedule is
+  left out there with that reason. The limit is L / pp exactly, printed as Python writes the
+  float (0.5625, 1.3333333333333333), read back as L. `--memory-limits 1 2`
+  (Space.memory_limits) tries exactly the limits given, over budget or not.
+- Only where it can rank in the top k (Space.auto_top, the CLI's --top): making an order costs up
+  to seconds a point (the entry's plan_cost), so these points are predicted after the others and
+  made only where `auto_bound`, a lower bound of their step from the priced costs alone, beats the
+  k-th fastest fitting point of the others; the rest are left out with that reason. No order
+  within the limit could enter the top k there, so the top k are what making every point would
+  give.
 """
 
 from __future__ import annotations
@@ -346,9 +350,9 @@ MEMORY_LIMITS_ALLOWED = ("allowed: numbers > 0, the memory limit of the schedule
 
 def holding(p: Problem, c: Config, held: int) -> RankBytes:
     """The fullest GPU of a schedule with a memory limit (zb_auto) at `c` when a rank may hold `held`
-    microbatches (from F to W): the memory theory's bytes (harness/planning/memory_theory.py: parameters, gradients live, optimizer state and
-    ZeRO shard, a checkpointed backward's recompute) of the most any order within that count can
-    hold on one stage per rank: `held` whole, or any mix of whole and deferred ones (between I and
+    microbatches (from F to W): the memory theory's bytes (harness/planning/memory_theory.py:
+    parameters, gradients live, optimizer state and ZeRO shard, a checkpointed backward's
+    recompute) of the most any order within that count can hold on one stage per rank: `held` whole, or any mix of whole and deferred ones (between I and
     W, what the deferred W keeps). No order is generated."""
     if c.global_batch is not None:
         c = replace(c, microbatch_size=planned_microbatch_size(c))
@@ -553,9 +557,10 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
            workers: int | None = None) -> Result:
     """Every point predicted, ranked; AdviseError (one line) when there is nothing to rank.
     With workers > 1 the points are split by schedule over forked processes (the per-layer
-    memory traces are made first, here, and inherited). zb_auto's points come last: each is
-    generated only where its lower bound (`auto_bound`) beats the space's `auto_top`-th fastest
-    fitting point of the others; the rest are left out with that reason."""
+    memory traces are made first, here, and inherited). The points of schedules made from costs
+    (zb_auto's) come last: each is made only where its lower bound (`auto_bound`) beats the
+    space's `auto_top`-th fastest fitting point of the others; the rest are left out with that
+    reason."""
     t0 = time.perf_counter()
     points, dropped, examples = enumerate_points(p, space)
     if not points:

@@ -59,7 +59,7 @@ class Point:
     model: dict[str, Any]  # the config's model group, as recorded
     layers_per_stage: tuple[int, ...]  # harness layers of each stage, stages in model order
     stage_rank: tuple[int, ...]  # the pipeline rank of each stage
-    recorded_schedule: Schedule | None  # the actions a run ran (or a made advice point's); None: built from the registry
+    recorded_schedule: Schedule | None  # the actions a run ran (or an advice point's made order); None: its counts'
     launch: Launch
 
     @property
