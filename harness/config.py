@@ -423,10 +423,11 @@ def unknown_key(key: str, value: object, option: str | None = None) -> str:
     model=gpt's, model=hf's)` where another option of the group has it (`option`: the one chosen)."""
     group, _, leaf = key.lstrip("+~").partition(".")
     owners = [name for name, cls in OPTIONS.get(group, {}).items() if leaf in {f.name for f in dataclasses.fields(cls)}]
-    if owners and option is not None:
-        return (f"{key}={value}: not a key of {group}={option} (it is " + ", ".join(f"{group}={o}'s" for o in owners)
-                + ")")
-    keys = list(schema_keys())
+    if owners:  # another option's key: never "did you mean" the very key given
+        chosen = f"{group}={option}" if option is not None else f"the {group} chosen"
+        return (f"{key}={value}: not a key of {chosen} (it is " + ", ".join(f"{group}={o}'s" for o in owners)
+                + f"): {chosen} has no {leaf}; set {group}={owners[0]} to use it")
+    keys = [k for k in schema_keys() if k != key.lstrip("+~")]
     near = difflib.get_close_matches(key.lstrip("+~"), keys, n=1, cutoff=0.6)
     return f"{key}={value}: unknown key " + (f"(did you mean {near[0]}?)" if near else
                                             "(every key is listed in harness/config.py)")
@@ -454,6 +455,8 @@ MAX_BANDWIDTH_BPS = 1e15  # comm.bandwidth_Bps and a link's: 1 PB/s, ~1000x NVLi
 MIN_BANDWIDTH_BPS = 1.0  # a byte a second: below it one activation takes longer than any watchdog
 MAX_GPU_MEMORY_GIB = 2**14  # cluster.memory_per_gpu_gib, memory_budget_gib: 16 TiB, ~100x an H200
 MAX_REPEATS = 1_000  # repeats: points x repeats jobs in one sweep
+MAX_LAYERS = 2**16  # a model's layers: a plan lists each (partition, costs, profile, memory per layer)
+MAX_CLOCK_SKEW_S = 86_400.0  # clock_skew_s: a day either way; past it a timestamp in ns nears int64's range
 
 
 def one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -541,6 +544,10 @@ def _check_bounds(c: Config) -> None:
         if isinstance(value, int) and not isinstance(value, bool):
             at_most(f"model.{key}", value, MAX_DIM, "a tensor dimension")
     at_most("repeats", c.repeats, MAX_REPEATS, "a sweep runs points x repeats jobs")
+    layers = c.model.layers
+    if isinstance(layers, int) and layers > MAX_LAYERS:  # before any model is built (planning, profile, advise)
+        raise ConfigError(f"model.layers={layers}: {layers:,} layers, more than {MAX_LAYERS:,} (allowed: model.layers "
+                          f"<= {MAX_LAYERS:,}; a plan lists every layer)")
 
 
 def _check_option(c: Config, group: str) -> None:
@@ -602,6 +609,20 @@ def _check_numbers(c: Config) -> None:
     _check_link("comm", c.comm)
     if c.memory_budget_gib is not None:
         at_most("memory_budget_gib", c.memory_budget_gib, MAX_GPU_MEMORY_GIB, "GiB per rank")
+    _check_skews("clock_skew_s", c.clock_skew_s)
+
+
+def _check_skews(key: str, skews: object) -> None:
+    """The test-only clock skews: a list of finite seconds within MAX_CLOCK_SKEW_S either way
+    (nan or 1e300 would reach every timestamp of the rank, in a worker, as a traceback)."""
+    if skews is None:
+        return
+    if not isinstance(skews, (list, tuple)):
+        raise ConfigError(f"{key}={skews!r}: must be a list of seconds, one per global rank, e.g. [0,0.5]")
+    for rank, s in enumerate(skews):
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not abs(s) <= MAX_CLOCK_SKEW_S:
+            raise ConfigError(f"{key}[{rank}]={s!r}: not a skew (allowed: a finite number of seconds, "
+                              f"-{MAX_CLOCK_SKEW_S:,.0f}..{MAX_CLOCK_SKEW_S:,.0f}; a day either way)")
 
 
 def _check_link(key: str, link: LinkConfig | CommConfig | None) -> None:

@@ -22,6 +22,7 @@ from harness.records.record import (GANTT, RESULT, RUNNING, TRACE, environment, 
                             write_json_atomic, write_trace_json)
 from harness.measure.reference import reference_losses
 from harness.records.result import Metrics, RecordError, Result, read
+from harness.records import running
 from harness.records.wandb_log import log_wandb
 from harness.runtime.faults import maybe_fail_write, maybe_interrupt, parse_fault
 from harness.measure.execution import Execution, from_reports
@@ -46,7 +47,9 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
 
     def started(workers: list[int]) -> None:
         if out_dir is not None:
-            write_json_atomic(out_dir / RUNNING, {"pid": os.getpid(), "worker_pids": workers})
+            # this process by pid and start time: a reader tells a run killed with SIGKILL (the file left
+            # behind) from a live one (harness/records/running.py)
+            write_json_atomic(out_dir / RUNNING, running.stamp(workers))
 
     return from_reports(run_processes(plan, executor.runner, pids, started, later, pool))
 

@@ -66,10 +66,11 @@ import torch
 
 from harness.runtime import compat
 from harness.frontend.compose import compose_config
-from harness.config import DTYPE_NAMES, MAX_DIM, MAX_WORLD, Config, ConfigError
+from harness.config import DTYPE_NAMES, MAX_DIM, MAX_WORLD, Config, ConfigError, check_values
 from harness.model import Model
 from harness.model.built import BuiltModel
 from harness.model.partition import min_max
+from harness.records.outputs import out_problem
 from harness.runtime.precision import Precision
 
 
@@ -409,6 +410,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         if not 1 <= n <= MAX_WORLD:
             return f"--compare {n}: a pipeline depth (allowed: 1..{MAX_WORLD:,})"
     out = args.out
+    if why := out_problem(out, f"--out {out}"):
+        return why
     if out.is_dir():
         return f"--out {out}: a directory (allowed: the profile JSON's file path, e.g. {out / 'profile.json'})"
     if out.exists() and not out.is_file() or out.is_symlink() and not out.exists():
@@ -474,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         return _error(why)
     try:
         c = compose_config(args.overrides)
+        check_values(c)  # the schema's bounds (model.layers=1000000 among them), before a layer is built
     except ConfigError as e:
         return _error(str(e))
     if c.dtype not in DTYPE_NAMES:

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 from harness.config import MAX_ACTIONS, MAX_GPUS, MAX_WORLD, PLACEMENTS
+from harness.records.outputs import out_problem
 
 from .search import MEMORY_LIMITS_ALLOWED, AdviseError, Prediction, Space, search, searchable
 
@@ -97,8 +99,26 @@ def check_args(args: argparse.Namespace) -> None:
     whole("--workers", args.workers, 1, MAX_WORKERS, "processes evaluating points")
 
 
+def check_out(out: Path) -> None:
+    """--out as a place for the outputs, checked before anything is composed, searched or
+    written (nothing is made here: a refusal later must leave no empty directory); AdviseError
+    (one line) for the harness's source tree, a path that is no directory, or a parent that
+    cannot hold it."""
+    if why := out_problem(out, f"--out {out}", "dir"):
+        raise AdviseError(why)
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise AdviseError(f"--out {out}: exists and is not a directory (allowed: a directory, or a path where one "
+                              "can be created)")
+        return
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise AdviseError(f"--out {out}: cannot create it ({parent} is not a directory this user can write) "
+                          "(allowed: a directory this user can write, or one that can be created)")
+
+
 def make_out(out: Path) -> None:
-    """The output directory, made now (after every other check: a refused command writes
+    """The output directory, made once the search has an answer (a refused command writes
     nothing); AdviseError (one line) where it cannot be."""
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -152,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(args)
         out = args.out or Path("runs/advise") / time.strftime("%Y-%m-%d_%H-%M-%S")
+        check_out(out)
         limits = memory_limits(args.memory_limits)
         problem = build_problem(args.overrides, args.global_batch)
         if problem.global_batch > MAX_GLOBAL_BATCH:  # given as global_batch=N among the keys
@@ -164,11 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                       zero=tuple(args.zero), placements=tuple(args.placements), gpus=args.gpus,
                       max_microbatches=args.max_microbatches, max_microbatch_size=args.max_microbatch_size,
                       memory_limits=limits, auto_top=max(1, args.top))
-        make_out(out)
         c = problem.config
         print(f"harness.advise: {model_title(c.model, problem.model)} ({problem.num_layers} layers, {c.dtype}, "
               f"{c.optimizer.name}) on {problem.cluster.name}, global batch {problem.global_batch}", flush=True)
         result = search(problem, space, _progress(), args.workers)
+        make_out(out)
     except AdviseError as e:
         print(f"harness.advise: error: {e}", file=sys.stderr)
         return 2

@@ -28,10 +28,10 @@ def compute_summary(p: Problem, best: Prediction | None) -> dict:
         peak = device.peak_flops(c.dtype)
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for lc in load_profile(c.profile, b, p.model.kinds):
-            if lc.fwd_flops > 0:
+            if lc.fwd_flops > 0 and lc.fwd_s > 0 and lc.bwd_s > 0:  # a layer of no time has no share of peak
                 by_kind.setdefault(lc.kind, []).append((lc.fwd_flops / (lc.fwd_s * peak),
                                                         2 * lc.fwd_flops / (lc.bwd_s * peak)))
-        efficiency = {k: {"fwd": statistics.median(f for f, _ in v), "bwd": statistics.median(w for _, w in v)}
+        efficiency = {k: {"fwd": statistics.median([f for f, _ in v]), "bwd": statistics.median([w for _, w in v])}
                       for k, v in by_kind.items()}
     derivation = data.get("derivation") or {}
     if derived:

@@ -10,6 +10,7 @@ import math
 import shlex
 from pathlib import Path
 
+from harness.records.jsonsafe import strict
 from harness.config import OVERHEAD_TABLES
 from harness.frontend.compose import schedule_key
 from harness.report.doc import Block, markdown
@@ -190,7 +191,12 @@ def write(p: Problem, r: Result, out: Path, top: int) -> dict[str, Path]:
     explained = explain(p, r.fitting[0])
     doc["recommended_bubble"] = explained.as_dict()
     doc["compute"] = compute_summary(p, r.fitting[0])
-    paths["json"].write_text(json.dumps(doc, indent=1))
+    # strict JSON (no Infinity or NaN: jq and JavaScript refuse them), each replaced value listed in the file
+    reasons: list[str] = []
+    strict_doc = strict(doc, reasons)
+    if reasons:
+        strict_doc["nulls"] = reasons
+    paths["json"].write_text(json.dumps(strict_doc, indent=1, allow_nan=False))
     title = model_title(p.config.model, p.model)
     frame = figure(p, r, paths["png"], title)
     parts = page_blocks(p, r, top, doc, paths["png"].name, frame, explained)

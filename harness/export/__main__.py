@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.export import megatron, torchtitan
 from harness.export.point import ExportError, Point, load
 from harness.export.script import CANNOT, Script
+from harness.records.outputs import out_problem
 
 TOOLS = ("torchtitan", "megatron")
 PROG = "python -m harness.export"
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.out is not None and (a.out.is_dir() or a.out.exists() and not a.out.is_file()):
             raise ExportError(f"--out={a.out}: exists and is not a regular file (allowed: a file path for the "
                               "script, new or to replace)")
+        if a.out is not None and (why := out_problem(a.out, f"--out={a.out}")):
+            raise ExportError(why)
         script, csv, where = export(a.to, a.source, a.out)
         text = script.text()
         try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.frontend.compose import compose_config, schedule_key
-from harness.config import Config, ConfigError
+from harness.config import MAX_ACTIONS, MAX_DIM, MAX_GPUS, MAX_STEPS, MAX_WORLD, Config, ConfigError
 from harness.records.record import RESULT
 from harness.records.result import RecordError, read
 from harness.records.safe_io import FileRefused, read_bytes
@@ -151,6 +151,7 @@ def from_run(result_path: Path) -> Point:
     plan = result.plan
     layers = tuple(end - first for first, end in plan.stage_layers)
     ranks = tuple(plan.stage_rank[str(s)] for s in range(len(layers)))
+    _checked(result.config, layers)
     recorded = plan.schedule_actions() if plan.schedule is not None else None
     return _point(f"run {result_path.parent} (status {result.status})", result.config, layers, ranks, recorded,
                   _launch(result.config.get("cluster"), result.config["pp"] * result.config["dp"]))
@@ -171,9 +172,12 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Point:
         typed = _config(data.get("overrides", []), point["overrides"])
         config = asdict(typed)
         layers = tuple(int(n) for n in point["layers_per_stage"])
+        _checked(config, layers)  # before anything is planned from them
         entry = spec(config["schedule"]["name"])
         # an order made from the point's costs: made again as the planner made it (its plan, executor=sim)
         made = None if entry.needs == COUNTS else _planned(typed)
+    except ExportError:
+        raise
     except ConfigError as e:
         raise ExportError(f"source={path}#{rank}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
@@ -207,14 +211,48 @@ def _hydra(value: Any) -> str:
 def _launch(cluster: dict | None, world: int) -> Launch:
     if not cluster:
         return Launch(1, world, None)
-    per_node = int(cluster.get("gpus_per_node") or world)
+    per_node = cluster.get("gpus_per_node")
+    if per_node is None:
+        per_node = world
+    _whole("cluster.gpus_per_node", per_node, 1, MAX_GPUS, "GPUs a machine has (torchrun's --nproc-per-node)")
     return Launch(math.ceil(world / per_node), min(world, per_node), cluster.get("name"))
+
+
+def _whole(key: str, value: object, low: int, high: int, what: str) -> int:
+    """`value` as the integer the script writes, within low..high; ExportError (one line)
+    naming the source's key otherwise: an edited or corrupt record (pp=0, dp=2**40, 1.5, true)
+    would write a script torchrun or the tool refuses, or one that asks for a machine no one has."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ExportError(f"{key}={value!r}: {what} (allowed: integers {low:,}..{high:,})")
+    return value
+
+
+def _checked(c: dict[str, Any], layers: tuple[int, ...]) -> None:
+    """The recorded config's numbers the export writes, each within what the harness itself
+    would run (harness/config.py's bounds), before anything is rendered."""
+    pp = _whole("pp", c.get("pp"), 1, MAX_WORLD, "pipeline ranks")
+    _whole("dp", c.get("dp"), 1, MAX_WORLD // pp, f"data-parallel replicas (pp x dp <= {MAX_WORLD:,} ranks)")
+    v = _whole("virtual_stages", c.get("virtual_stages"), 1, MAX_ACTIONS // (3 * pp), "model chunks per rank")
+    _whole("microbatches", c.get("microbatches"), 1, max(1, MAX_ACTIONS // (3 * pp * v)),
+           "microbatches a step (pp x chunks x M x 3 <= 1,000,000 actions)")
+    if c.get("global_batch") is None:
+        _whole("microbatch_size", c.get("microbatch_size"), 1, MAX_DIM, "samples per microbatch")
+    else:
+        _whole("global_batch", c.get("global_batch"), 1, MAX_DIM * MAX_WORLD, "samples per step")
+    _whole("steps", c.get("steps", 5), 1, MAX_STEPS, "measured steps")
+    if not layers or len(layers) > MAX_ACTIONS or any(isinstance(n, bool) or not 1 <= n <= 2**16 for n in layers):
+        raise ExportError(f"layers_per_stage={list(layers)[:8]!r}: (allowed: one count of 1..65,536 layers per stage)")
+    lr = c.get("lr", 0.01)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
+        raise ExportError(f"lr={lr!r}: the learning rate (allowed: a finite number > 0)")
 
 
 def _point(source: str, c: dict[str, Any], layers: tuple[int, ...], ranks: tuple[int, ...],
            recorded: Schedule | None, launch: Launch) -> Point:
     gb = c.get("global_batch")
     b = gb // (c["dp"] * c["microbatches"]) if gb else c["microbatch_size"]
+    if gb:
+        _whole("microbatch_size", b, 1, MAX_DIM, "samples per microbatch (global_batch / (dp x microbatches))")
     return Point(source=source, schedule=c["schedule"]["name"], pp=c["pp"], dp=c["dp"],
                  microbatches=c["microbatches"], microbatch_size=b, virtual_stages=c["virtual_stages"],
                  checkpointing=bool(c["checkpointing"]), checkpoint_every=int(c.get("checkpoint_every") or 0),

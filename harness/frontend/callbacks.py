@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from harness.records import running
 from harness.records.record import RESULT
 from harness.report.load import scan
 from harness.records.result import RecordError, read
@@ -228,12 +229,15 @@ class RunGuard(Callback):
         except ConfigError as e:
             _refuse(str(e))
         from harness.frontend.app import _cuda_devices, resume_skips
-        from harness.job import rerun_statuses
         from harness.planning.plan import make_plan
 
         try:
-            rerun_statuses(c.rerun)
             make_plan(c, _cuda_devices())
+            # harness.job only now: it imports the runtime (torch._dynamo, torch.distributed: seconds), which no
+            # refusal of the plan needs
+            from harness.job import rerun_statuses
+
+            rerun_statuses(c.rerun)
         except ConfigError as e:
             _refuse(str(e))
         try:
@@ -291,7 +295,8 @@ class SweepSummary(Callback):
                 status[job] = "corrupt"
         for job in found.missing:  # a job directory without a record: killed before recording
             rel = os.path.relpath(job, sweep_dir)
-            status[rel] = "missing"
+            # running while another harness still runs it (running.json's owner lives); a stale one is a kill
+            status[rel] = "running" if (running.state(job) or "").startswith("running") else "missing"
             entries.append((rel, point_of({}, job), started_at({}, job), False))
         for d, _why in found.unreadable:
             status[os.path.relpath(d, sweep_dir)] = "unreadable"

@@ -123,7 +123,8 @@ def _refuse_unknown(node: DictConfig, cls: type, prefix: str = "") -> None:
         if key == "hydra" and not prefix:
             continue
         if key not in fields:
-            raise ConfigError(unknown_key(prefix + key, raw[key]))  # type: ignore[index]
+            option = raw.get("name") if prefix.count(".") == 1 and isinstance(raw, dict) else None  # the group's
+            raise ConfigError(unknown_key(prefix + key, raw[key], option))  # type: ignore[index]
         if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
             continue
         sub = node[key]

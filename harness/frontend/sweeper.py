@@ -219,6 +219,7 @@ class Sweeper(HydraSweeper):
         except ConfigError as e:
             print(f"harness: error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
+        one_repeats(points)
         points = repeated(points, OmegaConf.select(self.config, "repeats", default=1))
         varying = {i for i in range(len(points[0]) if points else 0) if len({p[i] for p in points}) > 1}
 
@@ -481,6 +482,24 @@ class _one_launch_line:
         import logging
 
         logging.getLogger(self.LOGGER).removeFilter(self)
+
+
+def one_repeats(points: list[Sequence[str]], keys: tuple[str, ...] = ("repeats", "run.repeats")) -> None:
+    """A sweep has one `repeats` (it says how often every point runs): `repeats=1,2` would make
+    it a point's key, each job seeing its own and the sweep one, so it ran once, silently.
+    Exit 2 in one line where the points carry more than one value of it."""
+    values: dict[str, list[str]] = {}
+    for p in points:
+        for o in p:
+            key, _, value = str(o).partition("=")
+            if key.lstrip("+~") in keys and value not in values.setdefault(key.lstrip("+~"), []):
+                values[key.lstrip("+~")].append(value)
+    for key, seen in values.items():
+        if len(seen) > 1:
+            print(f"harness: error: {key}={','.join(seen)}: one value per sweep (allowed: a single {key}=N, which runs "
+                  f"every point N times as repeat=0..N-1; to sweep the label, repeat=0,1,2)", file=sys.stderr,
+                  flush=True)
+            sys.exit(2)
 
 
 def repeated(points: list[Sequence[str]], repeats: Any) -> list[Sequence[str]]:

@@ -20,10 +20,18 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config import MAX_DIM
 from harness.records.safe_io import FileRefused, check, read_text
 
 
 MAX_LAYER_S = 86_400  # a layer's measured forward or backward: no measurement takes a day
+MAX_LAYER_FLOPS = 1e21  # a layer's forward FLOPs per microbatch: a day at 10 PFLOP/s
+MAX_LAYER_BYTES = 2**50  # a layer's saved activations per microbatch: a PiB, far past any device
+MAX_LAYER_PARAMS = 2**40  # a layer's parameters: a trillion
+# what each measured figure may be: (low, low allowed, high, unit); a time of 0 was not measured
+FIGURES = {"fwd_s": (0.0, False, MAX_LAYER_S, "seconds"), "bwd_s": (0.0, False, MAX_LAYER_S, "seconds"),
+           "fwd_flops": (0.0, True, MAX_LAYER_FLOPS, "FLOPs"),
+           "activation_bytes": (0.0, True, MAX_LAYER_BYTES, "bytes")}
 
 
 class ProfileError(ValueError):
@@ -57,8 +65,18 @@ def _at(by: dict, b: int) -> tuple[dict, bool]:
         only = by[str(sizes[0])]
         return {k: float(only.get(k, 0.0)) * b / sizes[0] for k in ("fwd_s", "bwd_s", "fwd_flops")}, True
     t = (b - lo) / (hi - lo)
-    return {k: max(0.0, (1 - t) * float(by[str(lo)].get(k, 0.0)) + t * float(by[str(hi)].get(k, 0.0)))
-            for k in ("fwd_s", "bwd_s", "fwd_flops")}, extrapolated
+    near = sizes[-1] if b > sizes[-1] else sizes[0]  # the measured size an extrapolation starts from
+
+    def at(k: str) -> float:
+        linear = (1 - t) * float(by[str(lo)].get(k, 0.0)) + t * float(by[str(hi)].get(k, 0.0))
+        if not extrapolated:
+            return max(0.0, linear)
+        # a slope of noise (GPT-2's embedding: 90 us at B=4, 73 at B=8) extrapolated far would reach 0 s
+        # or less: never below the nearest measured size's time (above), or its share per sample (below)
+        floor = float(by[str(near)].get(k, 0.0)) * (1.0 if b > near else b / near)
+        return max(floor, linear)
+
+    return {k: at(k) for k in ("fwd_s", "bwd_s", "fwd_flops")}, extrapolated
 
 
 def _check_times(by: dict, key: str, i: int) -> None:
@@ -71,16 +89,26 @@ def _check_times(by: dict, key: str, i: int) -> None:
             raise TypeError(f"'by_microbatch'[{size!r}] is a {type(m).__name__}, not an object")
         if not str(size).isdigit() or int(size) < 1:
             raise ProfileError(f"{key}: layer {i}: microbatch size {size!r} (allowed: a positive integer)")
-        for name in ("fwd_s", "bwd_s", "fwd_flops", "activation_bytes"):
+        if int(size) > MAX_DIM:
+            raise ProfileError(f"{key}: layer {i}: microbatch size {size} (allowed: 1..{MAX_DIM:,})")
+        for name, (low, closed, high, unit) in FIGURES.items():
             if name not in m:
                 continue
             v = m[name]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            number = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            if not number or not (v >= low if closed else v > low) or v > high:
+                # NaN and inf (JSON allows them), true, 1e30, a negative time or one of 0 (not measured)
                 raise ProfileError(f"{key}: layer {i}, microbatch size {size}: {name}={v!r} (allowed: a finite "
-                                   "number >= 0)")
-            if name in ("fwd_s", "bwd_s") and v > MAX_LAYER_S:  # slept by compute=emulated, summed into steps
-                raise ProfileError(f"{key}: layer {i}, microbatch size {size}: {name}={v!r} (allowed: seconds in "
-                                   f"0..{MAX_LAYER_S:,}, a day)")
+                                   f"number of {unit} {'>=' if closed else '>'} {low:g}, at most {high:,.0f})")
+
+
+def _check_params(value: object, key: str, i: int) -> int:
+    """A layer's parameter count: an integer in 0..MAX_LAYER_PARAMS (not true, 1.5, NaN or 1e30;
+    a whole float such as 1e9, as a hand-written profile may say, is taken)."""
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or not 0 <= value <= MAX_LAYER_PARAMS:  # type: ignore[operator]
+        raise ProfileError(f"{key}: layer {i}: params={value!r} (allowed: an integer in 0..{MAX_LAYER_PARAMS:,})")
+    return int(value)  # type: ignore[arg-type]
 
 
 def read_profile(path: str | Path) -> dict:
@@ -176,11 +204,12 @@ def _load(path: str, mtime_ns: int, size: int, microbatch_size: int,
             if not by:
                 raise ValueError("no microbatch sizes")
             _check_times(by, key, i)
-            if int(layer["params"]) < 0:
-                raise ProfileError(f"{key}: layer {i}: params={layer['params']!r} (allowed: an integer >= 0)")
+            params = _check_params(layer["params"], key, i)
+            if not isinstance(layer["kind"], str):
+                raise ProfileError(f"{key}: layer {i}: kind={layer['kind']!r} (allowed: a string, e.g. \"block\")")
             t, ext = _at(by, microbatch_size)
             extrapolated |= ext
-            out.append(LayerCost(layer["kind"], int(layer["params"]), float(t["fwd_s"]), float(t["bwd_s"]),
+            out.append(LayerCost(layer["kind"], params, float(t["fwd_s"]), float(t["bwd_s"]),
                                  float(t.get("fwd_flops", 0.0))))
         except ProfileError:
             raise

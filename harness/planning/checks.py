@@ -11,8 +11,8 @@ import math
 import os
 
 from harness.runtime import compat
-from harness.config import (MAX_ACTIONS, MAX_RUN_ACTIONS, MAX_TIMEOUT_S, Config, ConfigError, check_values, one_of,
-                            planned_microbatch_size)
+from harness.config import (MAX_ACTIONS, MAX_LAYERS, MAX_RUN_ACTIONS, MAX_TIMEOUT_S, Config, ConfigError, check_values,
+                            one_of, planned_microbatch_size)
 from harness.planning.memory_theory import layer_memory
 from harness.model import MODELS
 from harness.model.built import BuiltModel, built_model
@@ -25,7 +25,6 @@ from harness.schedules.registry import SCHEDULES, chunks_per_rank, requirements
 from harness.simulate.pricing import optimizer_bytes_touched
 
 GPU_BYTES_BOUND = 256 * 2**30  # no GPU has more memory than this (an upper bound, not a query)
-MAX_LAYERS = 2**16  # a model's layers: a plan lists each (partition, costs, profile, memory per layer)
 LAYER_TENSORS = 2**16  # activation-sized tensors a layer may save (attention's T x T per head is ~3 T heads / hidden)
 MAX_STEP_S = MAX_TIMEOUT_S  # a modeled step: no watchdog waits longer, and a sleep or timeout past it overflows
 

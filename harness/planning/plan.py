@@ -15,7 +15,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
 
 from harness.planning.checks import check_stages, ranks_on_host, validate
-from harness.config import DTYPE_BYTES, Config, ConfigError, planned_microbatch_size
+from harness.config import DTYPE_BYTES, MAX_TIMEOUT_S, Config, ConfigError, planned_microbatch_size
 from harness.planning.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
@@ -345,6 +345,7 @@ def measured_costs(run_dir: str, pp: int, priced: CostModel) -> CostModel:
         got = "no measured costs" if m is None or "F" not in m.mean_op_s else f"{len(m.mean_op_s['F'])} stages"
         raise ConfigError(f"{where}: {got} (allowed: a run with one stage per rank at pp={pp})")
     op = m.mean_op_s
+    check_measured(where, op, m.p2p_hop_s, pp)
     f = tuple(op["F"])
     if "I" in op and "W" in op:
         i, w = tuple(op["I"]), tuple(op["W"])
@@ -355,6 +356,31 @@ def measured_costs(run_dir: str, pp: int, priced: CostModel) -> CostModel:
     hop = (m.p2p_hop_s,) * pp if m.p2p_hop_s is not None else None
     return replace(priced, fwd_s=f, bwd_s=tuple(a + b for a, b in zip(i, w)), input_grad_s=i, weight_grad_s=w,
                    fwd_hop_s=hop or priced.fwd_hop_s, bwd_hop_s=hop or priced.bwd_hop_s)
+
+
+def check_measured(where: str, op: dict, hop: object, pp: int) -> None:
+    """A record's measured costs as zb_auto takes them: F, and I and W (or B), each a list of
+    pp finite seconds >= 0 (a week at most, as auto.MAX_COST_S), the hop one such number or null;
+    ConfigError (one line) naming the record's key at fault. An edited or corrupt record
+    (NaN, -1, a key gone) would otherwise time every order at NaN and be reported as deadlock."""
+    kinds = ("F", "I", "W") if "I" in op or "W" in op else ("F", "B")
+    for kind in kinds:
+        key = f"metrics.mean_op_s.{kind}"
+        values = op.get(kind)
+        if not isinstance(values, list) or len(values) != pp:
+            got = "missing" if values is None else f"{values!r:.60}"
+            raise ConfigError(f"{where}: {key} is {got} (allowed: {pp} measured seconds, one per stage)")
+        for s, x in enumerate(values):
+            if not _seconds(x):
+                raise ConfigError(f"{where}: {key}[{s}]={x!r}: not a measured cost (allowed: a finite number of "
+                                  f"seconds in 0..{MAX_TIMEOUT_S:,.0f})")
+    if hop is not None and not _seconds(hop):
+        raise ConfigError(f"{where}: metrics.p2p_hop_s={hop!r}: not a measured cost (allowed: a finite number of "
+                          f"seconds in 0..{MAX_TIMEOUT_S:,.0f}, or null)")
+
+
+def _seconds(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= MAX_TIMEOUT_S
 
 
 def host_cores() -> int:

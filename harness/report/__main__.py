@@ -12,6 +12,7 @@ import stat
 import sys
 from pathlib import Path
 
+from harness.records.outputs import out_problem
 from harness.records.record import RESULT
 from harness.report.build import build_report
 from harness.report.load import load_sweep, newest_sweep, status_of
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = args.sweep or newest_sweep(args.runs)
         if why := sweep_problem(path):
+            raise Refused(why)
+        if why := out_problem(args.out, f"--out={args.out}", "dir"):
             raise Refused(why)
         report = args.out / path.resolve().name
         copy = None if args.copy_as is None else copy_target(args.out, args.copy_as, report)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import MAX_TIMEOUT_S
 from harness.simulate.gc_pause import paused
 from harness.schedules.builders import zb_h1, zb_h2
 from harness.schedules.ir import Action, Kind, Schedule
@@ -53,6 +54,12 @@ from harness.simulate import engine
 from harness.simulate.cost import CostModel
 
 INF = math.inf
+# The work generation does: every candidate order made (8 greedy, up to 8 of the paper's, 2
+# seeds) and each distinct one simulated, linear in the actions pp x M x 3: ~250 us and ~2.3 KB
+# (peak, one candidate held at a time: ~1 KB) an action on a loaded 2-core machine (README,
+# "Zero-bubble schedules"). The bound keeps a generation under ~30 s and ~300 MB.
+MAX_AUTO_ACTIONS = 100_000
+MAX_COST_S = float(MAX_TIMEOUT_S)  # a week an action or hop: more is no cost a run can take (and 1e308 sums to inf)
 LETTER = {Kind.F: "F", Kind.I: "I", Kind.W: "W", Kind.B: "B"}
 
 
@@ -75,6 +82,34 @@ class Generated:
     candidates: int
     seconds: float  # generation time
     limit: float  # microbatches' activations each rank may hold (memory_limit x N)
+
+
+def size_problem(n: int, m: int, pp_key: str = "pp", m_key: str = "microbatches") -> str | None:
+    """Why pp=n x M=m is too large to generate for (one line naming the larger key, its value
+    and what is allowed), or None: the bound MAX_AUTO_ACTIONS on pp x M x 3, checked before
+    anything is allocated."""
+    actions = 3 * n * m
+    if actions <= MAX_AUTO_ACTIONS:
+        return None
+    key, value, other = (m_key, m, n) if m >= n else (pp_key, n, m)
+    said = f"{key} {value}" if key.startswith("--") else f"{key}={value}"  # a flag as its CLI writes it
+    return (f"{said}: zb_auto generates for pp={n} x {m} microbatches x 3 = {actions:,} actions, more than "
+            f"{MAX_AUTO_ACTIONS:,} (allowed: {key} <= {max(1, MAX_AUTO_ACTIONS // (3 * other)):,} here; generation "
+            f"simulates ~10 candidate orders, ~250 us and ~1 KB an action)")
+
+
+def cost_problem(n: int, cost: CostModel) -> str | None:
+    """Why `cost` cannot be generated for (a cost that is not a finite number of seconds in
+    0..MAX_COST_S: NaN, inf, 1e308 or negative would make every order's times inf or NaN, and
+    the simulation report a deadlock that is not there), or None."""
+    fwd_hop, bwd_hop = cost.hops(n)
+    for name, values in (("F", cost.fwd_s), ("I", cost.igrad), ("W", cost.wgrad), ("forward hop", fwd_hop),
+                         ("backward hop", bwd_hop)):
+        for s, x in enumerate(values):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x <= MAX_COST_S:
+                return (f"{name} cost of stage {s} = {x!r} s: not a possible cost (allowed: a finite number of "
+                        f"seconds in 0..{MAX_COST_S:,.0f})")
+    return None
 
 
 def limit_of(memory_limit: float, n: int) -> float:
@@ -342,8 +377,12 @@ def generate(n: int, m: int, cost: CostModel, memory_limit: float = 1.0, w: floa
     """The candidate of the knob grid with the shortest period on `cost` (one stage per rank);
     `w`: per stage (or one for all), the share of a microbatch's activations its deferred W
     keeps. ValueError where the limit cannot hold one microbatch."""
+    if (too_big := size_problem(n, m)) is not None:
+        raise ValueError(too_big)
     if len(cost.fwd_s) != n:
         raise ValueError(f"costs for {len(cost.fwd_s)} stages, pp={n} (zb_auto: one stage per rank)")
+    if (impossible := cost_problem(n, cost)) is not None:
+        raise ValueError(impossible)
     ws = (float(w),) * n if isinstance(w, (int, float)) else tuple(w)
     if len(ws) != n or not all(0.0 <= x <= 1.0 for x in ws):
         raise ValueError(f"w={w!r}: a share in [0, 1] per stage ({n} stages)")
@@ -359,13 +398,20 @@ def generate(n: int, m: int, cost: CostModel, memory_limit: float = 1.0, w: floa
 
 
 def _best(n: int, m: int, cost: CostModel, limit: float, ws: tuple[float, ...], t0: float) -> Generated:
-    seeds = [(f"seed:{name}", x) for name, zb in (("zb_h1", zb_h1), ("zb_h2", zb_h2)) for x in (zb(n, m),)
-             if all(peak_memory(x[s], ws[s]) <= limit + 1e-9 for s in range(n))]
-    made = [(knobs, greedy(n, m, cost, limit, knobs, ws)) for knobs in KNOBS]
-    made += [(k, x) for k in PAPER_KNOBS for x in (paper_order(n, m, cost, limit, k, ws),) if x is not None]
+    def seed(name: str, zb: Any) -> Schedule | None:
+        x = zb(n, m)
+        return x if all(peak_memory(x[s], ws[s]) <= limit + 1e-9 for s in range(n)) else None
+
+    # each candidate made, timed and dropped in turn (a generator): one held at a time, not ~18
+    made = itertools.chain(
+        ((knobs, greedy(n, m, cost, limit, knobs, ws)) for knobs in KNOBS),
+        ((k, paper_order(n, m, cost, limit, k, ws)) for k in PAPER_KNOBS),
+        ((f"seed:{name}", seed(name, zb)) for name, zb in (("zb_h1", zb_h1), ("zb_h2", zb_h2))))
     best: tuple[float, float, Schedule, Knobs | PaperKnobs | str] | None = None
     seen: set[tuple] = set()
-    for how, sched in made + seeds:
+    for how, sched in made:
+        if sched is None:
+            continue
         # F, I and W each run in microbatch order here, so a rank's kinds in order are its list
         key = tuple("".join([LETTER[a.kind] for a in acts]) for acts in sched.values())
         if key in seen:
@@ -418,7 +464,7 @@ def make(x: ScheduleInputs) -> Schedule:
 def _check(c: Any) -> str | None:
     if c.virtual_stages != 1:
         return f"virtual_stages={c.virtual_stages}: zb_auto has one stage per rank (allowed: 1)"
-    return None
+    return size_problem(c.pp, c.microbatches)
 
 
 def _inputs(section: Any) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.schedules.auto import generate
+from harness.schedules.auto import MAX_COST_S, generate, size_problem
 from harness.schedules.csv_io import write_csv
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
@@ -33,8 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if n < 1 or m < 1:
             raise ValueError(f"--pp {n}, --microbatches {m} (allowed: >= 1)")
-        if not min(args.fwd, args.igrad, args.wgrad, args.hop) >= 0:
-            raise ValueError("--fwd, --igrad, --wgrad, --hop: seconds >= 0")
+        if (too_big := size_problem(n, m, "--pp", "--microbatches")) is not None:  # before a tuple of pp costs
+            raise ValueError(too_big)
+        for flag in ("fwd", "igrad", "wgrad", "hop"):
+            x = getattr(args, flag)
+            if not 0.0 <= x <= MAX_COST_S:  # NaN, inf, 1e308 (sums to inf), negative: no order can be timed
+                raise ValueError(f"--{flag} {x:g}: not a possible cost (allowed: a finite number of seconds in "
+                                 f"0..{MAX_COST_S:,.0f})")
         if not 0.0 <= args.w_memory <= 1.0:
             raise ValueError(f"--w-memory {args.w_memory:g} (allowed: a share in [0, 1])")
         cost = CostModel((args.fwd,) * n, (args.igrad + args.wgrad,) * n, (args.igrad,) * n, (args.wgrad,) * n,
@@ -43,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             write_csv(args.out, g.schedule)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     c = engine.compile_schedule(g.schedule)
     print(f"zb_auto pp={n} M={m} memory_limit={args.memory_limit:g} ({g.limit:g} microbatches per rank, a deferred W "
