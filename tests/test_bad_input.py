@@ -213,7 +213,7 @@ NUMBERS = [
     ({"dp": 10**11}, f"dp=100000000000: pp x dp = 400,000,000,000 ranks, more than {MAX_WORLD:,} (allowed: dp <= "),
     ({"dp": 10**11, "executor": "sim"}, "dp=100000000000: pp x dp"),
     ({"pp": 10**23}, "pp=100000000000000000000000: pp x dp = 100,000,000,000,000,000,000,000 ranks"),
-    ({"pp": 65536, "model.layers": 2**17}, "pp=65536: pp=65536 x 1 chunks x 8 microbatches x 3 = 1,572,864 schedule "
+    ({"pp": 65536, "model.layers": 2**16}, "pp=65536: pp=65536 x 1 chunks x 8 microbatches x 3 = 1,572,864 schedule "
                                           "actions, more than 1,000,000 (allowed: pp <= 41666)"),
     ({"microbatch_size": 2**40, "executor": "sim"}, "microbatch_size=1099511627776: more than 2,147,483,647"),
     ({"global_batch": 10**20, "executor": "sim"}, "global_batch=100000000000000000000: sets microbatch_size"),
@@ -438,3 +438,301 @@ def test_the_steps_cap_is_what_result_json_can_keep():
     assert 3 * 20 * MAX_STEPS * 10 < CAPS["result"]
     model_config("mlp")  # the schema imports alone
     json.dumps({"steps": MAX_STEPS})
+
+
+# -- issue 35: bounded work, inputs checked where they enter, one-line failures ---------------------
+def test_zb_auto_past_its_generation_bound_is_one_line_before_anything_is_generated(monkeypatch):
+    """pp=64, M=5000 (960,000 actions: ~4 min and 2.7 GB generating before): refused by the
+    schedule's own check for executor=sim and for real runs alike, nothing generated."""
+    from harness.schedules import auto
+
+    monkeypatch.setattr(auto, "greedy", lambda *a: pytest.fail("generated"))
+    for executor in ("sim", "native"):
+        keys = {"schedule.name": "zb_auto", "pp": 64, "microbatches": 5000, "model.layers": 64, "executor": executor}
+        err, s = bounded(validate, small(**keys))
+        one_line(err, "microbatches=5000: zb_auto generates for pp=64 x 5000 microbatches x 3 = 960,000 actions, more "
+                      f"than {auto.MAX_AUTO_ACTIONS:,} (allowed: microbatches <= 520 here")
+        assert isinstance(err, ConfigError) and s < SLOW_S
+    with pytest.raises(ValueError, match="pp=100000: zb_auto generates"):  # the function itself, for any caller
+        auto.generate(100_000, 1, auto.CostModel.uniform(100_000))
+    validate(small(**{"schedule.name": "zb_auto", "pp": 4, "microbatches": 8, "executor": "sim"}))
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--pp", "100000", "--microbatches", "1"], "--pp 100000: zb_auto generates for pp=100000 x 1 microbatches x 3 = "
+                                                "300,000 actions, more than 100,000 (allowed: --pp <= 33,333 here"),
+    (["--pp", "64", "--microbatches", "5000"], "--microbatches 5000: zb_auto generates"),
+    (["--pp", "4", "--microbatches", "8", "--fwd", "1e308"], "--fwd 1e+308: not a possible cost (allowed: a finite "
+                                                             "number of seconds in 0..604,800)"),
+    (["--pp", "4", "--microbatches", "8", "--igrad", "inf"], "--igrad inf: not a possible cost"),
+    (["--pp", "4", "--microbatches", "8", "--wgrad", "nan"], "--wgrad nan: not a possible cost"),
+    (["--pp", "4", "--microbatches", "8", "--hop", "-1"], "--hop -1: not a possible cost"),
+])
+def test_generate_refuses_sizes_past_its_bound_and_impossible_costs_in_one_line(capsys, args, said):
+    from harness.schedules.generate import main
+
+    err = _one_line_exit_2(capsys, lambda: _raise(bounded(main, args)[0]), "error: ", said)
+    assert "Deadlock" not in err
+
+
+def test_an_impossible_cost_is_refused_by_the_generator_not_reported_as_a_deadlock():
+    from harness.schedules.auto import CostModel, generate
+
+    for x in (1e308, float("inf"), float("nan"), -1.0):
+        cost = CostModel((1.0, x), (2.0, 2.0), (1.0, 1.0), (1.0, 1.0))
+        with pytest.raises(ValueError) as e:
+            generate(2, 4, cost)
+        one_line(e.value, f"F cost of stage 1 = {x!r} s: not a possible cost")
+
+
+@pytest.fixture(scope="module")
+def sim_record(tmp_path_factory) -> Path:
+    """A run directory of executor=sim (pp=2, zb_h1): a record with measured F, I, W and a hop."""
+    from harness.job import run_job
+
+    out = tmp_path_factory.mktemp("costs")
+    r = run_job(small(pp=2, executor="sim", **{"schedule.name": "zb_h1"}), out, "test", "costs")
+    assert r.status == "ok", r.error
+    return out / "result.json"
+
+
+@pytest.mark.parametrize("edit,said", [
+    (lambda m: m["mean_op_s"]["F"].__setitem__(1, float("nan")), "metrics.mean_op_s.F[1]=nan: not a measured cost"),
+    (lambda m: m["mean_op_s"]["W"].__setitem__(0, -1.0), "metrics.mean_op_s.W[0]=-1.0: not a measured cost"),
+    (lambda m: m["mean_op_s"]["I"].__setitem__(0, 1e308), "metrics.mean_op_s.I[0]=1e+308: not a measured cost"),
+    (lambda m: m["mean_op_s"].pop("W"), "metrics.mean_op_s.W is missing (allowed: 2 measured seconds, one per stage)"),
+    (lambda m: m.__setitem__("p2p_hop_s", float("inf")), "metrics.p2p_hop_s=inf: not a measured cost"),
+])
+def test_schedule_costs_from_a_corrupt_record_name_the_key_in_one_line(tmp_path, sim_record, edit, said):
+    from harness.planning.plan import make_plan
+
+    data = json.loads(sim_record.read_text())
+    edit(data["metrics"])
+    (tmp_path / "result.json").write_text(json.dumps(data))  # json writes NaN / Infinity, as an editor may
+    before = (tmp_path / "result.json").read_bytes()
+    keys = {"schedule.name": "zb_auto", "schedule.costs": str(tmp_path), "pp": 2, "executor": "sim"}
+    with pytest.raises(ConfigError) as e:
+        make_plan(small(**keys))
+    one_line(e.value, f"schedule.costs={tmp_path}: ", said)
+    assert "Deadlock" not in str(e.value) and (tmp_path / "result.json").read_bytes() == before
+    make_plan(small(**{**keys, "schedule.costs": str(sim_record.parent)}))  # the record as written: generates
+
+
+def _profile(tmp_path: Path, **bad: object) -> Path:
+    layers = [{"index": i, "kind": "linear", "params": 100,
+               "by_microbatch": {"4": {"fwd_s": 1e-3, "bwd_s": 2e-3, "fwd_flops": 1e6, "activation_bytes": 512}}}
+              for i in range(8)]
+    for key, value in bad.items():
+        (layers[2] if key == "params" or key == "kind" else layers[2]["by_microbatch"]["4"])[key] = value
+    f = tmp_path / "profile.json"
+    f.write_text(json.dumps({"layers": layers}))
+    return f
+
+
+@pytest.mark.parametrize("bad,said", [
+    ({"fwd_flops": 1e30}, "layer 2, microbatch size 4: fwd_flops=1e+30 (allowed: a finite number of FLOPs >= 0, at "
+                          "most 1,000,000,000,000,000,000,000)"),
+    ({"activation_bytes": 1e30}, "activation_bytes=1e+30 (allowed: a finite number of bytes >= 0"),
+    ({"fwd_s": 1e30}, "fwd_s=1e+30 (allowed: a finite number of seconds > 0, at most 86,400)"),
+    ({"fwd_s": 0}, "fwd_s=0 (allowed: a finite number of seconds > 0"),
+    ({"bwd_s": True}, "bwd_s=True (allowed: a finite number"),
+    ({"fwd_s": float("inf")}, "fwd_s=inf (allowed: a finite number"),
+    ({"params": True}, "layer 2: params=True (allowed: an integer in 0..1,099,511,627,776)"),
+    ({"params": 1e30}, "layer 2: params=1e+30 (allowed: an integer"),
+    ({"params": 1.5}, "layer 2: params=1.5 (allowed: an integer"),
+    ({"kind": 7}, "layer 2: kind=7 (allowed: a string"),
+])
+def test_a_profile_of_impossible_values_is_one_line_naming_the_field(tmp_path, bad, said):
+    from harness.model.profile_data import ProfileError, load_profile
+
+    f = _profile(tmp_path, **bad)
+    with pytest.raises(ProfileError) as e:
+        load_profile(f, 4, 8)
+    one_line(e.value, f"profile={f}: ", said)
+    err, _ = bounded(validate, small(profile=str(f), **{"partition.name": "profile"}))
+    one_line(err, said)
+    assert isinstance(err, ConfigError)
+
+
+def test_a_profile_extrapolated_past_its_sizes_never_prices_a_layer_at_zero():
+    """GPT-2's embedding measured 90 us at B=4 and 73 us at B=8: extrapolated to B=64 that slope
+    was below 0 s, clamped to 0 (harness.advise --gpus 1 then divided by it). Never below the
+    nearest measured size's time."""
+    from harness.model.profile_data import load_profile
+
+    for b in (1, 64, 1024):
+        layers = load_profile("data/gpt2_h200_profile.json", b, 14)
+        assert all(x.fwd_s > 0 and x.bwd_s > 0 for x in layers), b
+    assert load_profile("data/gpt2_h200_profile.json", 64, 14)[0].fwd_s == pytest.approx(73e-6, rel=0.02)
+
+
+@pytest.mark.parametrize("skews,said", [
+    ([0.0, float("nan")], "clock_skew_s[1]=nan: not a skew (allowed: a finite number of seconds, -86,400..86,400"),
+    ([1e300], "clock_skew_s[0]=1e+300: not a skew"),
+    ([-1e6], "clock_skew_s[0]=-1000000.0: not a skew"),
+    ([True], "clock_skew_s[0]=True: not a skew"),
+])
+def test_clock_skew_is_finite_and_bounded(skews, said):
+    from harness.config import check_values
+
+    with pytest.raises(ConfigError) as e:
+        check_values(small(clock_skew_s=skews))
+    one_line(e.value, said)
+    check_values(small(clock_skew_s=[0.0, 0.5, -3600.0]))
+
+
+def test_repeats_swept_over_values_is_one_line(capsys):
+    from harness.frontend.sweeper import one_repeats
+
+    with pytest.raises(SystemExit) as e:
+        one_repeats([["pp=2", "repeats=1"], ["pp=2", "repeats=2"], ["pp=4", "repeats=1"]])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "\n" not in err
+    assert err.startswith("harness: error: repeats=1,2: one value per sweep (allowed: a single repeats=N")
+    one_repeats([["pp=2", "repeats=3"], ["pp=4", "repeats=3"]])  # one value: fine
+    one_repeats([["pp=2"], ["pp=4"]])
+
+
+@pytest.mark.parametrize("edit,said", [
+    (lambda c: c.__setitem__("pp", 0), "pp=0: pipeline ranks (allowed: integers 1..65,536)"),
+    (lambda c: c.__setitem__("dp", 2**40), "dp=1099511627776: data-parallel replicas"),
+    (lambda c: c.__setitem__("microbatches", 1.5), "microbatches=1.5: microbatches a step"),
+    (lambda c: c.__setitem__("microbatch_size", True), "microbatch_size=True: samples per microbatch"),
+    (lambda c: c.__setitem__("cluster", {"name": "x", "gpus_per_node": 0}),
+     "cluster.gpus_per_node=0: GPUs a machine has (torchrun's --nproc-per-node) (allowed: integers 1..65,536)"),
+    (lambda c: c.__setitem__("cluster", {"name": "x", "gpus_per_node": 2**40}), "cluster.gpus_per_node=1099511627776"),
+])
+def test_export_refuses_a_record_whose_numbers_cannot_launch(tmp_path, capsys, sim_record, edit, said):
+    from harness.export.__main__ import main as export
+
+    data = json.loads(sim_record.read_text())
+    edit(data["config"])
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    out = tmp_path / "train.sh"
+    _one_line_exit_2(capsys, lambda: export(["--to", "megatron", str(tmp_path), "--out", str(out)]),
+                     "harness.export: ", said)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_out_is_never_the_source_tree_nor_an_existing_record(tmp_path, capsys, sim_record):
+    """profile, advise, export and report: an --out inside harness/ (or tests/, ...) or over a
+    run's result.json is one line and exit 2, nothing written, the record unchanged."""
+    from harness.advise.__main__ import main as advise
+    from harness.export.__main__ import main as export
+    from harness.profile import main as profile
+    from harness.records.outputs import ROOT
+    from harness.report.__main__ import main as report
+
+    record = sim_record.read_bytes()
+    src = ROOT / "harness" / "bounds_test_out"
+    cases = [
+        (lambda: profile(["model.layers=2", "model.hidden=8", "--out", str(src / "p.json")]),
+         "harness.profile: error: ", f"--out {src / 'p.json'}: inside the harness's source tree ({ROOT / 'harness'})"),
+        (lambda: profile(["model.layers=2", "model.hidden=8", "--out", str(sim_record)]),
+         "harness.profile: error: ", f"--out {sim_record}: an existing result.json, a record the harness wrote"),
+        (lambda: advise(["cluster=h200_node", "--global-batch", "8", "--out", str(src)]),
+         "harness.advise: error: ", f"--out {src}: inside the harness's source tree"),
+        (lambda: export(["--to", "megatron", str(sim_record.parent), "--out", str(ROOT / "tests" / "x.sh")]),
+         "harness.export: ", "inside the harness's source tree"),
+        (lambda: export(["--to", "megatron", str(sim_record.parent), "--out", str(sim_record)]),
+         "harness.export: ", "an existing result.json"),
+        (lambda: report([str(sim_record.parent), "--out", str(ROOT / "harness")]),
+         "harness.report: error: ", f"--out={ROOT / 'harness'}: inside the harness's source tree"),
+    ]
+    for run, prefix, said in cases:
+        _one_line_exit_2(capsys, lambda: _raise(bounded(run)[0]), prefix, said)
+    assert not src.exists() and not (ROOT / "tests" / "x.sh").exists() and sim_record.read_bytes() == record
+
+
+def test_an_advise_refused_in_its_search_leaves_no_directory(tmp_path, capsys):
+    from harness.advise.__main__ import main as advise
+
+    out = tmp_path / "new" / "advice"
+    _one_line_exit_2(capsys, lambda: advise(["cluster=h200_node", "--global-batch", "8", "--pp", "3", "--out",
+                                             str(out)]), "harness.advise: error: ", "--pp [3]: none divides")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # ~14 points predicted (seconds)
+def test_advise_on_one_or_two_gpus_answers_and_writes_strict_json(tmp_path, monkeypatch):
+    """--gpus 1 and 2 on the GPT-2 profile raised ZeroDivisionError (a layer extrapolated to 0 s);
+    advice.json is strict JSON (an infinite figure written as null, listed under `nulls`)."""
+    from harness.advise import report as advice_report
+    from harness.advise.__main__ import main as advise
+
+    to_json = advice_report.to_json
+    monkeypatch.setattr(advice_report, "to_json", lambda *a: {**to_json(*a), "probe": float("inf")})
+    for gpus in ("1", "2"):
+        out = tmp_path / gpus
+        assert advise(["cluster=h200_node", "profile=data/gpt2_h200_profile.json", "dtype=bf16", "--global-batch",
+                       "64", "--gpus", gpus, "--out", str(out)]) == 0
+        text = (out / "advice.json").read_text()
+        doc = json.loads(text, parse_constant=lambda x: pytest.fail(f"{x} in advice.json"))
+        assert doc["probe"] is None and "probe: inf written as null (not a finite number)" in doc["nulls"]
+        assert doc["compute"]["efficiency"]
+
+
+def test_a_killed_runs_running_json_is_stale_not_running(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.records import running
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "running.json").write_text(json.dumps(running.stamp([])))
+    assert running.state(job) == f"running (pid {os.getpid()})"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (job / "running.json").write_text(json.dumps(running.stamp([], pid=os.getpid()) | {"pid": gone.pid}))
+    assert running.state(job) == f"stale: its harness (pid {gone.pid}) is gone"
+    if running.start_ticks(os.getpid()) is not None:  # /proc: a reused pid is told by its start time
+        reused = running.stamp([]) | {"started": running.start_ticks(os.getpid()) - 1}
+        (job / "running.json").write_text(json.dumps(reused))
+        assert running.state(job).startswith(f"stale: pid {os.getpid()} is another process now")
+    (job / "running.json").write_text("{")
+    assert running.state(job).startswith("unreadable: ")
+    assert running.state(tmp_path) is None
+
+
+def test_profile_with_a_million_layers_is_one_line(tmp_path, capsys):
+    from harness.profile import main as profile
+
+    _one_line_exit_2(capsys, lambda: profile(["model.layers=1000000", "--out", str(tmp_path / "p.json")]),
+                     "harness.profile: error: ", "model.layers=1000000: 1,000,000 layers, more than 65,536")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("keys,said", [
+    (["schedule.memory_limit=2"], "schedule.memory_limit=2: not a key of schedule=1f1b (it is schedule=zb_auto's): "
+                                  "schedule=1f1b has no memory_limit; set schedule=zb_auto to use it"),
+    (["schedule=gpipe", "+schedule.memory_limit=2"], "not a key of schedule=gpipe (it is schedule=zb_auto's)"),
+])
+def test_memory_limit_on_a_schedule_without_one_says_which_have_it(keys, said):
+    from harness.frontend.compose import compose_config
+
+    with pytest.raises(ConfigError) as e:
+        compose_config(keys)
+    text = one_line(e.value, said)
+    assert "did you mean" not in text
+
+
+def test_the_watchdog_names_the_rank_that_stopped(tmp_path):
+    """Each rank marks the steps it starts; the one behind the others is named (ranks 0, 2, 3
+    started step 2 and waited at its barrier for rank 1, which never did)."""
+    from harness.runtime.progress import Mark, Steps, stopped
+
+    steps = Steps(4)
+    try:
+        for rank, last in ((0, 2), (1, 1), (2, 2), (3, 2)):
+            mark = Mark(steps.path, rank)
+            for s in range(last + 1):
+                mark(s)
+            mark.close()
+        assert steps.read() == [3, 2, 3, 3]
+        assert stopped(steps.read(), [0, 1, 2, 3]) == ("rank 1 stopped: it never started step 2, which the other "
+                                                      "ranks started, then waited for it")
+        assert "ranks [0, 1] still running, all in step 2: none is behind" in stopped([3, 3], [0, 1])
+    finally:
+        steps.close()
+    assert not os.path.exists(steps.path)

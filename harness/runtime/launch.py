@@ -19,6 +19,7 @@ from harness.config import ConfigError
 from harness.planning.plan import Plan
 from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.runtime.groups import Layout
+from harness.runtime.progress import Steps, stopped
 from harness.measure.execution import RankReport
 from harness.runtime.loop import one_line, pooled_worker_main, run_rank, worker_main
 
@@ -106,10 +107,10 @@ class RankPool:
             self.results.close()
         self._key, self.procs, self.inboxes, self.results, self.store = None, [], [], None, None
 
-    def send(self, rank: int, plan: Plan, runner: str) -> None:
+    def send(self, rank: int, plan: Plan, runner: str, steps_path: str | None = None) -> None:
         if rank == 0:
             self.jobs += 1
-        self.inboxes[rank].put((self.store.port, f"job{self.jobs}/", plan, runner))
+        self.inboxes[rank].put((self.store.port, f"job{self.jobs}/", plan, runner, steps_path))
 
 
 _SHARED: ContextVar[RankPool | None] = ContextVar("harness_rank_pool", default=None)
@@ -150,12 +151,13 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
     ctx = _context(plan.config.start_method, preload)
     fault = parse_fault(plan.config.fault)
     pooled = pool is not None and pool.serves(plan)
+    steps = Steps(plan.world)  # each rank's started steps: the watchdog names the one that stopped
     if pooled:
         pool.ranks(ctx, plan.world, (plan.world, runner, tuple(preload)))
         procs, results = pool.procs, pool.results
     else:
         results, port = ctx.Queue(), free_port()
-        procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner), daemon=True)
+        procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner, steps.path), daemon=True)
                  for r in range(plan.world)]
     reports: dict[int, RankReport] = {}
     deadline = time.monotonic() + plan.config.timeout_s
@@ -164,7 +166,7 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
             if p.pid is None:  # a pool's process may be running from an earlier job
                 p.start()
             if pooled:
-                pool.send(r, plan, runner)
+                pool.send(r, plan, runner, steps.path)
             if pids is not None:
                 pids.append(p.pid)
             maybe_interrupt(fault, "launch")
@@ -182,8 +184,8 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
                             raise WorkerError(_death(r, p.exitcode)) from None
                 if time.monotonic() > deadline:
                     missing = sorted(set(range(plan.world)) - set(reports))
-                    raise WorkerError(f"timeout_s={plan.config.timeout_s} passed; ranks {missing} "
-                                      "still running") from None
+                    raise WorkerError(f"timeout_s={plan.config.timeout_s} passed; "
+                                      f"{stopped(steps.read(), missing)}") from None
                 continue
             if status != "ok":
                 # a peer's death shows first as a broken connection here: name the dead rank
@@ -193,6 +195,7 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
                 raise WorkerError(f"{cause}; then rank {rank}: {payload}" if cause else f"rank {rank}: {payload}")
             reports[rank] = payload
     finally:
+        steps.close()  # the ranks that still run hold it open: their marks go nowhere once it is gone
         if pooled:
             if len(reports) < plan.world:
                 pool.discard()

@@ -29,6 +29,7 @@ from harness.runtime.precision import Precision
 from harness.runtime.faults import maybe_inject, parse_fault
 from harness.runtime.groups import Layout
 from harness.runtime.orphans import die_with_parent
+from harness.runtime.progress import Mark
 from harness.measure.execution import RankReport
 from harness.runtime.clock import estimate_offset, same_clock, skew_ns
 from harness.runtime.tracer import Tracer, clock_for
@@ -113,10 +114,12 @@ def storage_bytes(tensors: Any) -> int:
     return sum(seen.values())
 
 
-def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: str, one_host: bool = False) -> RankReport:
+def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: str, one_host: bool = False,
+             steps_path: str | None = None) -> RankReport:
     """Joins the world as `rank`, builds the runner, runs every step. The caller owns the
     process group's teardown (torchrun gathers over it first). `one_host`: every rank was forked
-    on this host (one clock: nothing to measure, unless clock_skew_s says otherwise)."""
+    on this host (one clock: nothing to measure, unless clock_skew_s says otherwise).
+    `steps_path`: the launcher's file of each rank's started steps (harness/runtime/progress.py)."""
     device = join_world(rank, plan, rendezvous)
     c = plan.config
     tracer = Tracer(clock_for(device, skew_ns(c.clock_skew_s, rank)))
@@ -136,6 +139,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     # this clock against rank 0's: collective, unless every rank reads this host's one clock
     report.clock = (same_clock(tracer.clock) if one_host and not c.clock_skew_s else
                     estimate_offset(tracer.clock, plan.backend, device))
+    mark = Mark(steps_path, rank)
     gc.disable()  # a collection pause inside a step is jitter; collect between steps instead...
     try:
         for step in range(total):
@@ -143,6 +147,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
             # the heap this process started with (~0.7 s; frozen in the forkserver, harness/runtime/warm.py)
             gc.collect(1)
             maybe_inject(fault, rank, step)
+            mark(step)  # started: a rank that never says so is the one the watchdog names
             drop = fault is not None and fault.kind == "noaccum" and (fault.rank, fault.step) == (rank, step)
             dist.barrier()  # every rank starts the step together; not inside the window
             tracer.start_step(step)
@@ -171,6 +176,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
                     held["peak"] = max(held["peak"] or 0, held["params"] + state + mem.peak_with_grads + mem.recompute)
     finally:
         gc.enable()
+        mark.close()
     if report.losses[0] is None:
         report.losses = None
     if metered:
@@ -192,11 +198,12 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{at}".replace("\n", " ")
 
 
-def worker_main(rank: int, port: int, plan: Plan, results: Queue, runner_path: str) -> None:
+def worker_main(rank: int, port: int, plan: Plan, results: Queue, runner_path: str,
+                steps_path: str | None = None) -> None:
     """Entry point of a forked rank: run it, put (rank, "ok", RankReport) or (rank, "error",
     line) on `results`, and leave the process group. Rank 0 serves the rendezvous on `port`."""
     die_with_parent()
-    serve(rank, f"tcp://127.0.0.1:{port}", plan, results, runner_path)
+    serve(rank, f"tcp://127.0.0.1:{port}", plan, results, runner_path, steps_path)
 
 
 def pooled_worker_main(rank: int, inbox: Queue, results: Queue) -> None:
@@ -207,17 +214,18 @@ def pooled_worker_main(rank: int, inbox: Queue, results: Queue) -> None:
     die_with_parent()
     store = None
     while (job := inbox.get()) is not None:
-        port, prefix, plan, runner_path = job
+        port, prefix, plan, runner_path, steps_path = job
         if store is None:
             store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=plan.config.timeout_s))
-        serve(rank, dist.PrefixStore(prefix, store), plan, results, runner_path)
+        serve(rank, dist.PrefixStore(prefix, store), plan, results, runner_path, steps_path)
 
 
-def serve(rank: int, rendezvous: str | dist.Store, plan: Plan, results: Queue, runner_path: str) -> None:
+def serve(rank: int, rendezvous: str | dist.Store, plan: Plan, results: Queue, runner_path: str,
+          steps_path: str | None = None) -> None:
     """One job as `rank`; its report or its error on `results`; the process group left."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this host
     try:
-        results.put((rank, "ok", run_rank(rank, plan, rendezvous, runner_path, one_host=True)))
+        results.put((rank, "ok", run_rank(rank, plan, rendezvous, runner_path, one_host=True, steps_path=steps_path)))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
         results.put((rank, "error", one_line(e)))
     finally:
