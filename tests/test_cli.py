@@ -97,7 +97,7 @@ BAD = [
     (["microbatch_size=1000000000"], "microbatch_size=1000000000: the activations of this machine's"),
     (["model.hidden=1000000000"], "model.hidden=1000000000: the activations of this machine's"),
     (["model=gpt", "model.seq=1000000000"], "model.seq=1000000000: the activations of this machine's"),
-    (["model.layers=100000000", "pp=2"], "model.layers=100000000: 6,579,200,000,000 parameters"),
+    (["model.layers=100000000", "pp=2"], "model.layers=100000000: 100,000,000 layers, more than 65,536"),
     (["lr=nan"], "lr=nan: must be a finite number"),
     (["timeout_s=nan"], "timeout_s=nan: must be a finite number"),
     (["timeout_s=1e-9"], "timeout_s=1e-09: must be at least 1 s"),

@@ -85,6 +85,7 @@ def test_repeats_are_interleaved_and_the_report_says_what_is_within_the_noise(tm
 @pytest.mark.parametrize("args,said", [
     (["-m", "pp=2", "repeats=0"], "repeats=0: must be an integer >= 1"),
     (["-m", "pp=2", "repeats=2", "repeat=0,1"], "repeats=2 with repeat swept too"),
+    (["-m", "pp=2", "repeats=1,2"], "repeats=1,2: one value per sweep"),
     (["pp=2", "repeats=2"], "repeats=2: repeats are points of a sweep"),
 ])
 def test_bad_repeats_are_one_line(tmp_path, harness, args, said):
