@@ -4,7 +4,6 @@ plan -> run (a Result) -> records. Everything after planning reads the planned c
 from __future__ import annotations
 
 import errno
-import os
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, replace
