@@ -17,7 +17,7 @@ import re
 import typing
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException,
                               ValidationError)
 
@@ -201,8 +201,12 @@ def omegaconf_problem(e: OmegaConfBaseException, shown: str | None = None) -> st
     if (isinstance(e, (ConfigAttributeError, ConfigKeyError)) and dataclasses.is_dataclass(kind)
             and leaf not in {f.name for f in dataclasses.fields(kind)}):
         option = _option_of(kind)
+        name = option[1] if option else None
+        parent = getattr(e, "parent_node", None)  # a group's base dataclass (schedule=1f1b): its node says its name
+        if name is None and isinstance(parent, DictConfig) and isinstance(parent.get("name", None), str):
+            name = parent.get("name")
         k, _, v = (shown or key).partition("=")
-        return unknown_key(k, v, option[1] if option else None)
+        return unknown_key(k, v, name)
     if isinstance(e, ValidationError) and key in (keys := schema_keys()):
         return f"{shown}: {what_fits(keys[key])}"
     if isinstance(e, MissingMandatoryValue):
