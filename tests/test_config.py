@@ -53,7 +53,9 @@ from harness.config import ConfigError
     ({"microbatch_size": 10**9}, "microbatch_size=1000000000: the activations of this machine's 4 ranks"),
     ({"model.hidden": 10**9}, "model.hidden=1000000000: the activations of this machine's"),
     ({"model.name": "gpt", "model.seq": 10**9}, "model.seq=1000000000: the activations of this machine's"),
-    ({"model.layers": 10**8, "pp": 2}, "model.layers=100000000: 105,600,000,000 parameters, weights and gradients in fp32"),
+    ({"model.layers": 2**16, "model.hidden": 1024, "pp": 2}, "model.layers=65536: 68,786,585,600 parameters, weights and "
+     "gradients in fp32"),
+    ({"model.layers": 10**8, "pp": 2}, "model.layers=100000000: 100,000,000 layers, more than 65,536"),
     ({"max_processes": 2}, "pp=4 x dp=1: 4 processes on this machine, more than max_processes=2"),
     ({"fault": "explode@rank0"}, "fault=explode@rank0: expected KIND@rankR,stepS"),
     ({"fault": "raise@rank7,step0"}, "fault=raise@rank7,step0: rank or step outside this run"),
