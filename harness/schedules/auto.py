@@ -56,7 +56,7 @@ from harness.simulate.cost import CostModel
 INF = math.inf
 # The work generation does: every candidate order made (8 greedy, up to 8 of the paper's, 2
 # seeds) and each distinct one simulated, linear in the actions pp x M x 3, whatever pp and M:
-# measured ~145 us of CPU and ~0.75 KB of peak memory an action (6,000 to 100,000 actions; 2.3 KB
+# measured ~140-155 us of CPU and ~0.75 KB of peak memory an action (6,000 to 100,000 actions; 2.3 KB
 # when every candidate was held at once: pp=64, M=5000 took 2.7 GB). The bound keeps a generation
 # within ~15 s of CPU and ~100 MB, and admits the planner's largest documented point (pp=64,
 # M=512; README, "Schedules built for your costs and memory").
@@ -97,7 +97,7 @@ def size_problem(n: int, m: int, pp_key: str = "pp", m_key: str = "microbatches"
     said = f"{key} {value}" if key.startswith("--") else f"{key}={value}"  # a flag as its CLI writes it
     return (f"{said}: zb_auto generates for pp={n} x {m} microbatches x 3 = {actions:,} actions, more than "
             f"{MAX_AUTO_ACTIONS:,} (allowed: {key} <= {max(1, MAX_AUTO_ACTIONS // (3 * other)):,} here; generation "
-            f"simulates ~10 candidate orders, ~145 us and ~1 KB an action)")
+            f"simulates ~10 candidate orders, ~150 us and ~1 KB an action)")
 
 
 def cost_problem(n: int, cost: CostModel) -> str | None:
