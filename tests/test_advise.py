@@ -257,9 +257,9 @@ def test_an_empty_search_space_says_why():
 def test_cli_bad_input_is_one_line_and_exit_2(capsys):
     assert advise_main(["cluster=nosuch", "--global-batch", "8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "cluster=nosuch: unknown (allowed: h200_8nodes, h200_node, here)" in err
+    assert err.count("\n") == 0 and "cluster=nosuch: unknown (allowed: dgx_a100_80gb, dgx_h100, h200_8nodes, h200_node, here)" in err
     assert advise_main(["--global-batch", "8"]) == 2
-    assert "cluster: no cluster given (allowed: cluster=<h200_8nodes|h200_node|here>)" in capsys.readouterr().err
+    assert "cluster: no cluster given (allowed: cluster=<dgx_a100_80gb|dgx_h100|h200_8nodes|h200_node|here>)" in capsys.readouterr().err
     assert advise_main(["cluster=h200_node", "cluster.nodes=0", "--global-batch", "8"]) == 2
     assert "cluster.nodes=0: must be an integer >= 1" in capsys.readouterr().err
     assert advise_main(["cluster=h200_node", "cluster.nodez=2", "--global-batch", "8"]) == 2

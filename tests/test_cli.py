@@ -72,7 +72,7 @@ BAD = [
     (["model.kwargs=3"], "model.kwargs=3: not a key of model=mlp (it is model=custom's)"),
     (["model.heads=2"], "model.heads=2: not a key of model=mlp (it is model=gpt's, model=hf's)"),
     (["model.name=gpt"], "model.name=gpt: set the option with model=gpt (its keys come with it)"),
-    (["cluster=nope"], "cluster=nope: unknown (allowed: h200_8nodes, h200_node, here)"),
+    (["cluster=nope"], "cluster=nope: unknown (allowed: dgx_a100_80gb, dgx_h100, h200_8nodes, h200_node, here)"),
     (["cluster.nodes=2"], "cluster.nodes=2: no cluster to set it on (choose one first: cluster=<preset>"),
     (["cluster=h200_node", "cluster.nodes=0"], "cluster.nodes=0: must be an integer >= 1"),
     (["wandb=3"], "wandb=3: is a group of keys, not a value (set one of them: mode, project, entity)"),

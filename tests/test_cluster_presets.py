@@ -1,0 +1,41 @@
+"""The DGX presets (harness/conf/cluster/dgx_*.yaml): they load with their sources, their GPU is
+the device table's (so MFU has a peak), and the simulator prices a plan on them: a ring
+all-reduce over InfiniBand is slower than over NVLink by the links' ratio."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.frontend.compose import compose_config
+from harness.job import run_job
+from harness.planning.devices import lookup
+from harness.records.result import read
+from harness.simulate.links import allreduce_s
+
+PRESETS = {"dgx_a100_80gb": ("NVIDIA A100 80GB", 300e9, 25e9, 2.039e12),
+           "dgx_h100": ("NVIDIA H100 SXM", 450e9, 50e9, 3.35e12)}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_dgx_presets_load_with_their_sources_and_devices(name):
+    device, nvlink, ib, hbm = PRESETS[name]
+    cl = compose_config([f"cluster={name}", "cluster.nodes=4"]).cluster
+    assert cl.source and cl.name == name and cl.gpus == 32
+    assert (cl.intra.bandwidth_Bps, cl.inter.bandwidth_Bps, cl.memory_bandwidth_Bps) == (nvlink, ib, hbm)
+    assert 64 * 2**30 < cl.usable_bytes < 80e9
+    d = lookup(cl.gpu)
+    assert d is not None and d.name == device and d.memory_bandwidth_Bps == hbm
+    # 8 GPUs of one node all-reduce over NVLink; 8 GPUs one per node over InfiniBand
+    one_node, across = allreduce_s(cl, 1e9, list(range(8))), allreduce_s(cl, 1e9, list(range(0, 32, 4)))
+    assert across / one_node == pytest.approx(nvlink / ib, rel=0.05)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_plan_prices_on_a_dgx_preset(tmp_path, name):
+    c = compose_config(["executor=sim", f"cluster={name}", "cluster.nodes=2", "model=gpt", "model.layers=8",
+                        "model.hidden=256", "model.heads=4", "model.seq=128", "model.vocab=1024", "dtype=bf16",
+                        "pp=4", "dp=4", "microbatches=8", "microbatch_size=2", "wandb.mode=disabled"])
+    result = run_job(c, tmp_path, "test", name)
+    assert result.status == "ok", result.error
+    f = read(tmp_path / "result.json").metrics.flops
+    assert f.device == PRESETS[name][0] and f.mfu is not None and f.mfu > 0
