@@ -586,8 +586,12 @@ def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path
     from harness.model.built import built_model
     from harness.frontend.compose import compose_config
 
+    from harness.planning.flops import uncounted_attention_flops
+
     model = built_model(compose_config(doc["overrides"]).model)
-    fwd_per_sample = sum(model.model.fwd_flops(i, 1) for i in range(model.num_layers))
+    # the field's convention: causal attention's whole s^2 term
+    fwd_per_sample = sum(model.model.fwd_flops(i, 1) + uncounted_attention_flops(model.model, i, 1)
+                         for i in range(model.num_layers))
     for x in doc["points"]:
         per_gpu = 3 * fwd_per_sample * 512 / x["step_time_s"] / (x["overrides"]["pp"] * x["overrides"]["dp"])
         assert x["tflops_per_device"] == pytest.approx(per_gpu / 1e12, rel=1e-9)

@@ -49,10 +49,34 @@ def test_step_flops_three_forwards_and_one_more_with_checkpointing():
             "pp=2", "dp=2", "microbatches=4", "microbatch_size=3", "executor=sim"]
     plan = make_plan(compose_config(keys), 0)
     m = plan.model.model
-    fwd = sum(m.fwd_flops(i, 3) for i in range(m.num_layers))
+    causal = sum(m.fwd_flops(i, 3) for i in range(m.num_layers))
+    fwd = causal + 2 * 2 * 3 * 16 ** 2 * 32  # the causal half of attention again, in each of 2 blocks
     f = step_flops(plan)
-    assert f.model == f.hardware == 3 * fwd * 4 * 2
+    assert f.model == f.hardware == 3 * fwd * 4 * 2 and f.model_causal == 3 * causal * 4 * 2
     assert step_flops(make_plan(compose_config(keys + ["checkpointing=true"]), 0)).hardware == 4 * fwd * 4 * 2
+
+
+@pytest.mark.parametrize("kw", [dict(name="gpt", layers=96, hidden=12288, heads=96, seq=2048, vocab=51200),
+                                dict(name="hf", arch="gpt2", layers=96, hidden=12288, heads=96, seq=2048, vocab=51200)],
+                         ids=["gpt", "hf-gpt2"])
+def test_model_flops_are_megatrons_and_palms_on_gpt3_175b(kw):
+    """GPT-3 175B's shape (Brown et al. 2020, Table 2.1). Megatron-LM (Narayanan et al., SC21,
+    appendix): with full recompute a step is 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) FLOPs,
+    i.e. model FLOPs (no recompute: 3 passes) 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). PaLM
+    (Chowdhery et al. 2022, appendix B): 6N + 12 L H Q T per token, N the non-embedding
+    parameters here (the head's matmul is Megatron's V term; PaLM ties it to the embedding)."""
+    from harness.planning.flops import uncounted_attention_flops
+
+    m, b = get_model(model_config(**kw)), 2
+    L, h, s, V = 96, 12288, 2048, 51200
+    fwd = sum(m.fwd_flops(i, b) + uncounted_attention_flops(m, i, b) for i in range(m.num_layers))
+    assert 3 * fwd == pytest.approx(72 * b * s * L * h ** 2 * (1 + s / (6 * h) + V / (12 * L * h)), rel=1e-12)
+    head = 2 * b * s * h * V
+    blocks = 12 * L * h ** 2  # a block's matmul parameters (biases and norms aside)
+    assert 3 * (fwd - head) == pytest.approx(6 * blocks * b * s + 12 * L * h * s * b * s, rel=1e-12)
+    # the older count: the causal half of the s^2 term, 1-7% below for such shapes
+    causal = sum(m.fwd_flops(i, b) for i in range(m.num_layers))
+    assert 3 * causal == pytest.approx(72 * b * s * L * h ** 2 * (1 + s / (12 * h) + V / (12 * L * h)), rel=1e-12)
 
 
 def test_a_simulated_h200_run_records_mfu_and_hfu(tmp_path):
@@ -68,6 +92,7 @@ def test_a_simulated_h200_run_records_mfu_and_hfu(tmp_path):
     per_device = f.model_per_step / result.metrics.step_time_s / 4
     assert f.tflops_per_device == pytest.approx(per_device / 1e12)
     assert f.mfu == pytest.approx(per_device / peak) and f.hfu == pytest.approx(f.mfu * 4 / 3)
+    assert f.convention == "megatron" and f.model_per_step_causal < f.model_per_step
     assert f"MFU {f.mfu:.1%}" in result.headline()
     summary = json.loads((tmp_path / "result.json").read_text())["metrics"]["flops"]
     assert summary["mfu"] == pytest.approx(f.mfu)

@@ -163,7 +163,7 @@ class GradCheck:
 @dataclass
 class Flops:
     """Compute throughput (harness/planning/flops.py). Per device: over every rank (pp x dp)."""
-    model_per_step: float  # 3 x forward FLOPs x microbatches x dp
+    model_per_step: float  # 3 x forward FLOPs x microbatches x dp, in `convention`
     hardware_per_step: float  # + checkpointing's recomputed forwards
     tflops_per_device: float  # model FLOPs / step time / devices / 1e12
     hardware_tflops_per_device: float
@@ -173,6 +173,8 @@ class Flops:
     device: str | None  # harness/planning/devices.py's name for the device
     source: str  # where the forward FLOPs came from
     note: str | None = None  # why MFU is n/a
+    convention: str | None = None  # "megatron": causal attention's whole s^2 term (planning/flops.py); None: older records (the causal half)
+    model_per_step_causal: float | None = None  # model FLOPs with the causal half of the s^2 term (the older count)
 
 
 @dataclass
