@@ -119,11 +119,20 @@ def test_the_committed_derived_profile_is_what_derive_writes_today():
     d = fresh["derivation"]
     assert d["source"] == "data/gpt2_h200_profile.json" and d["compute_model"]["sustained_source"]
     block = d["efficiency"]["block"]
-    # a 70B block's GEMMs run at the sustained share; its backward at twice its forward's FLOPs
-    assert all(math.isclose(v["fwd"], 0.75, abs_tol=0.003) and math.isclose(v["bwd"], 0.75, abs_tol=0.003)
+    # priced per operation: a 70B block's GEMMs at the sustained 75% (they are large), its causal
+    # attention at FlashAttention-3's 579 (forward) and 542 (backward) TFLOP/s at s=4096, its
+    # norms, SwiGLU, rotary and adds at 80% of 4.8 TB/s: 71% of peak forward, 70% backward
+    assert all(math.isclose(v["fwd"], 0.714, abs_tol=0.003) and math.isclose(v["bwd"], 0.703, abs_tol=0.003)
                for v in block.values())
+    ops = d["operations"]["block"]["1"]
     by = fresh["layers"][1]["by_microbatch"]["1"]
-    assert by["bwd_s"] / by["fwd_s"] == pytest.approx(2.0, rel=1e-3)
+    for direction in ("fwd", "bwd"):
+        o = ops[direction]
+        assert by[f"{direction}_s"] == pytest.approx(o["gemm"] + o["attention"] + o["memory"] + o["residual_s"])
+        assert o["gemm"] > 10 * o["attention"] > 0 and o["memory"] > 0
+    assert ops["fwd"]["attention"] == pytest.approx(2 * 4096 ** 2 * 8192 / 579e12)
+    assert ops["bwd"]["attention"] == pytest.approx(2.5 * 2 * 4096 ** 2 * 8192 / 542e12)
+    assert d["compute_model"]["priced_per_operation"]["attention"]["source"].startswith("FlashAttention-3")
 
 
 def test_compare_says_derived_over_measured_per_kind_and_size(tmp_path, capsys):

@@ -4,15 +4,16 @@ NVIDIA H200, DERIVED, not measured: no GPU ran it. It is the FALLBACK: a one-blo
 (`python -m harness.profile ... device=cuda --blocks 1`, what `make gpu-check` runs) replaces it.
 
 Each time is the compute model's (harness/planning/compute_model.py) fitted on the measured GPT-2 small
-H200 bf16 profile (data/gpt2_h200_profile.json), per layer kind and direction:
-seconds = max(floor, FLOPs / (sustained x peak) + bytes x seconds per byte), with the H200's
-dense peak and bandwidth from harness/planning/devices.py and the 70B layer's analytic FLOPs
-(HFModel.fwd_flops, the formula the profiler writes). So a 70B block's GEMMs run at the
-sustained share of peak, its backward at twice its forward's FLOPs; the head's loss over fp32
-logits and the embedding's table gradient are priced per byte as GPT-2's measured; what was a
-launch floor for GPT-2 stays one. The JSON's "derivation" holds the fit, its source, the
-leave-one-out error on that source, and the efficiency each layer kind is priced at; every
-layer is marked "measured": false, "derived": true.
+H200 bf16 profile (data/gpt2_h200_profile.json), per layer kind and direction, priced per
+operation (harness/planning/op_costs.py): seconds = max(floor, the layer's GEMMs on a roofline
+by their m, n, k + causal attention at FlashAttention-3's published rates + memory-bound work
+(norms, SwiGLU, rotary, residual adds, the loss) at a share of the bandwidth + bytes x a fitted
+residual per byte), with the H200's rates from harness/planning/devices.py and the 70B layer's
+shape (tp=1). The head's loss over fp32 logits keeps GPT-2's measured residual per byte; what
+was a launch floor for GPT-2 stays one. The JSON's "derivation" holds the fit, its source, the
+leave-one-out error on that source, the efficiency each layer kind is priced at and the
+seconds per operation class (`operations`); every layer is marked "measured": false,
+"derived": true.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from harness.planning.compute_model import DIRECTIONS, Dims, fit, leave_one_out, work
+from harness.planning.compute_model import DIRECTIONS, GATED, Dims, fit, leave_one_out
 from harness.config import DTYPE_BYTES, model_config
 from harness.planning.devices import lookup
 from harness.runtime.precision import DTYPES
@@ -60,18 +61,24 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     cfg = model_config(**(model or LLAMA_70B))
     m = get_model(cfg)
     L = m.num_layers
-    dims = Dims(seq=cfg.seq, d_model=cfg.hidden, vocab=cfg.vocab, dtype_bytes=nbytes)
+    dims = Dims(seq=cfg.seq, d_model=cfg.hidden, vocab=cfg.vocab, dtype_bytes=nbytes, heads=cfg.heads,
+                kv_heads=getattr(cfg, "kv_heads", None), ffn=getattr(cfg, "ffn", None),
+                gated=getattr(cfg, "arch", None) in GATED)
     with torch.device("meta"):
         params = {i: sum(p.numel() for p in m.build_layer(i).parameters()) for i in (0, 1, L - 1)}
-    layers, efficiency = [], {}
+    layers, efficiency, operations = [], {}, {}
     for idx, (i, kind) in enumerate(((0, "embed"), (1, "block"), (L - 1, "head"))):
         by = {}
         for b in sizes:
             flops = float(m.fwd_flops(i, b))
-            ws = {d: work(kind, d, b, flops, dims) for d in DIRECTIONS}
+            ws = {d: cm.work(kind, d, b, flops, dims) for d in DIRECTIONS}
             by[str(b)] = {"fwd_s": cm.seconds(kind, "fwd", ws["fwd"]), "bwd_s": cm.seconds(kind, "bwd", ws["bwd"]),
                           "fwd_flops": flops}
             efficiency.setdefault(kind, {})[str(b)] = {d: cm.efficiency(kind, d, ws[d]) for d in DIRECTIONS}
+            operations.setdefault(kind, {})[str(b)] = {
+                d: dict(ws[d].by_class) | {"floor_s": cm.fits[kind, d].floor_s,
+                                           "residual_s": ws[d].bytes * cm.fits[kind, d].s_per_byte}
+                for d in DIRECTIONS}
         layers.append({"index": idx, "kind": kind, "params": params[i], "measured": False, "derived": True,
                        "by_microbatch": by})
     return {
@@ -86,10 +93,13 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
             "compute_model": cm.to_json(),
             "leave_one_out": leave_one_out(measured, device, DTYPE, nbytes),
             "efficiency": efficiency,
+            "operations": operations,
             "method": ("each layer kind's forward and backward seconds from harness/planning/compute_model.py fitted on the "
-                       f"measured {shown} ({measured['device']}, {measured['dtype']}): max(floor, FLOPs / "
-                       f"({device.sustained if sustained is None else sustained:.0%} of the dense peak) + bytes x "
-                       "fitted seconds per byte), at the 70B layer's analytic FLOPs (HFModel.fwd_flops) and bytes"),
+                       f"measured {shown} ({measured['device']}, {measured['dtype']}), priced per operation "
+                       "(harness/planning/op_costs.py): max(floor, GEMMs on a roofline at "
+                       f"{device.sustained if sustained is None else sustained:.0%} of the dense peak + causal "
+                       "attention at FlashAttention's published rates + memory-bound work at a share of the "
+                       "bandwidth + bytes x a fitted residual per byte), on the 70B layer's shape (tp=1)"),
             "replace_with": ("python -m harness.profile model=hf model.arch=llama model.layers=80 model.hidden=8192 "
                              "model.heads=64 model.kv_heads=8 model.ffn=28672 model.vocab=128256 model.seq=4096 "
                              "device=cuda dtype=bf16 --blocks 1 --microbatch-sizes 1 2 4 "

@@ -18,6 +18,15 @@ moves, fitted per layer kind and direction on a measured profile, bounded by the
 A profile cannot separate what it never varied: the fit keeps the sustained rate unless the
 data contradict it, and says so (`ComputeModel.notes`). Fitted on per-size medians over the
 layers of a kind (a profile's identical blocks are repeats of one measurement).
+
+Priced per operation (where the layers' transformer shape is known: Dims.heads): the work's
+`flops x s_per_flop` is replaced by harness/planning/op_costs.py's sum over the layer's
+operations (GEMMs on a roofline by their m, n, k after the TP split, attention at
+FlashAttention's published rates, memory-bound work at a share of the bandwidth), and the fit
+keeps only a floor and a residual per byte (>= 0: what the operation list leaves out, e.g. the
+eager loss's extra passes over the logits):
+
+    seconds = max(floor, sum over operations + bytes x residual_s_per_byte)
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from harness.planning.devices import Device
+from harness.planning.op_costs import Rates, Shape, layer_ops
 
 DIRECTIONS = ("fwd", "bwd")
 DEFAULT_TOLERANCE = 0.1  # a form "fits" within this RMS relative error when a profile has no repeats to tell
@@ -34,17 +44,32 @@ LOSS_BYTES = 4  # the loss runs over fp32 logits (HFModel.loss, GPTModel.loss)
 
 @dataclass(frozen=True)
 class Dims:
-    """What the bytes of a transformer's layers depend on."""
+    """What the bytes of a transformer's layers depend on; with `heads`, the shape its
+    operations are priced on (op_costs.Shape)."""
     seq: int
     d_model: int
     vocab: int
     dtype_bytes: int
+    heads: int | None = None
+    kv_heads: int | None = None
+    ffn: int | None = None
+    gated: bool = False
+    tp: int = 1
+    sequence_parallel: bool = False
+
+    def shape(self) -> Shape | None:
+        if not self.heads:
+            return None
+        return Shape(self.seq, self.d_model, self.heads, self.kv_heads or self.heads, self.ffn or 4 * self.d_model,
+                     self.vocab, self.gated, self.dtype_bytes, self.tp, self.sequence_parallel)
 
 
 @dataclass(frozen=True)
 class Work:
     flops: float
     bytes: float
+    priced_s: float | None = None  # the operations' seconds (op_costs.py); None: flops x s_per_flop
+    by_class: tuple[tuple[str, float], ...] = ()  # (gemm | attention | memory, seconds)
 
 
 def layer_bytes(kind: str, direction: str, b: int, dims: Dims) -> float:
@@ -59,9 +84,15 @@ def layer_bytes(kind: str, direction: str, b: int, dims: Dims) -> float:
     return float(act)
 
 
-def work(kind: str, direction: str, b: int, fwd_flops: float, dims: Dims) -> Work:
-    """A layer's work on one microbatch of b: the backward does twice the forward's FLOPs."""
-    return Work(fwd_flops * (1 if direction == "fwd" else 2), layer_bytes(kind, direction, b, dims))
+def work(kind: str, direction: str, b: int, fwd_flops: float, dims: Dims, rates: Rates | None = None) -> Work:
+    """A layer's work on one microbatch of b: the backward does twice the forward's FLOPs. With
+    `rates` and a known shape, its operations priced (op_costs.py)."""
+    flops, nbytes = fwd_flops * (1 if direction == "fwd" else 2), layer_bytes(kind, direction, b, dims)
+    shape = dims.shape()
+    if rates is None or shape is None:
+        return Work(flops, nbytes)
+    by = rates.by_class(layer_ops(kind, shape, b, direction), dims.seq, direction)
+    return Work(flops, nbytes, sum(by.values()), tuple(by.items()))
 
 
 @dataclass(frozen=True)
@@ -70,11 +101,15 @@ class KindFit:
     direction: str
     floor_s: float
     s_per_flop: float
-    s_per_byte: float
+    s_per_byte: float  # priced per operation: the residual per byte the operations leave out
     sizes: tuple[int, ...]  # the microbatch sizes it was fitted on
+    priced: bool = False  # per operation (op_costs.py) rather than flops x s_per_flop
+
+    def base_s(self, w: Work) -> float:
+        return w.priced_s if self.priced and w.priced_s is not None else w.flops * self.s_per_flop
 
     def seconds(self, w: Work) -> float:
-        return max(self.floor_s, w.flops * self.s_per_flop + w.bytes * self.s_per_byte)
+        return max(self.floor_s, self.base_s(w) + w.bytes * self.s_per_byte)
 
     def efficiency(self, w: Work, peak: float) -> float:
         """Achieved FLOP/s over the peak at this work (0 for a layer without FLOPs)."""
@@ -89,26 +124,33 @@ def _fit_one(kind: str, direction: str, points: list[tuple[int, Work, float]], d
     rest above it, the best split); otherwise the best of them. Two measured sizes fit any
     two-parameter form exactly: preferring the simplest is what keeps a third size predictable."""
     points = sorted(points)
-    min_per_byte = 1 / device.memory_bandwidth_Bps
+    priced = all(w.priced_s is not None for _, w, _ in points)
+    # priced per operation, the memory-bound work is among them: the residual may be 0
+    min_per_byte = 0.0 if priced else 1 / device.memory_bandwidth_Bps
     s_per_flop = 1 / (peak * sustained)
-    # the best rate measured, its bytes at full bandwidth taken out
-    fastest = min(((t - w.bytes * min_per_byte) / w.flops for _, w, t in points if w.flops > 0), default=s_per_flop)
-    s_per_flop = max(min(s_per_flop, fastest), 1 / peak)  # the data may only raise the rate, never above peak
+    if not priced:
+        # the best rate measured, its bytes at full bandwidth taken out
+        fastest = min(((t - w.bytes * min_per_byte) / w.flops for _, w, t in points if w.flops > 0),
+                      default=s_per_flop)
+        s_per_flop = max(min(s_per_flop, fastest), 1 / peak)  # the data may only raise the rate, never above peak
     sizes = tuple(b for b, _, _ in points)
+    proto = KindFit(kind, direction, 0.0, s_per_flop, 0.0, sizes, priced)
 
     def per_byte(above: list[tuple[int, Work, float]]) -> float:
-        # least squares in relative error of t - flops x s_per_flop = bytes x s_per_byte
-        num = sum((t - w.flops * s_per_flop) * w.bytes / t ** 2 for _, w, t in above)
+        # least squares in relative error of t - base = bytes x s_per_byte
+        num = sum((t - proto.base_s(w)) * w.bytes / t ** 2 for _, w, t in above)
         den = sum(w.bytes ** 2 / t ** 2 for _, w, t in above)
         return max(num / den if den else 0.0, min_per_byte)
 
     def rms(f: KindFit) -> float:
         return (sum(((f.seconds(w) - t) / t) ** 2 for _, w, t in points) / len(points)) ** 0.5
 
-    floor_only = KindFit(kind, direction, statistics.median(t for _, _, t in points), s_per_flop, min_per_byte, sizes)
-    bytes_only = KindFit(kind, direction, 0.0, s_per_flop, per_byte(points), sizes)
-    splits = [KindFit(kind, direction, statistics.median(t for _, _, t in points[:k]), s_per_flop,
-                      per_byte(points[k:]), sizes) for k in range(1, len(points))]
+    def make(floor: float, s_per_byte: float) -> KindFit:
+        return KindFit(kind, direction, floor, s_per_flop, s_per_byte, sizes, priced)
+
+    floor_only = make(statistics.median(t for _, _, t in points), min_per_byte)
+    bytes_only = make(0.0, per_byte(points))
+    splits = [make(statistics.median(t for _, _, t in points[:k]), per_byte(points[k:])) for k in range(1, len(points))]
     both = min(splits, key=rms, default=floor_only)
     for f in (floor_only, bytes_only, both):
         if rms(f) <= tolerance:
@@ -137,6 +179,8 @@ class ComputeModel:
     source: str  # the measured profile it was fitted on
     fits: dict[tuple[str, str], KindFit]
     notes: list[str] = field(default_factory=list)
+    rates: Rates | None = None  # priced per operation where a layer's shape is known
+    seq: int = 0  # the source profile's sequence length (what `describe` quotes attention at)
 
     @property
     def peak(self) -> float:
@@ -151,8 +195,16 @@ class ComputeModel:
     def efficiency(self, kind: str, direction: str, w: Work) -> float:
         return self.fits[kind, direction].efficiency(w, self.peak)
 
+    def work(self, kind: str, direction: str, b: int, fwd_flops: float, dims: Dims) -> Work:
+        """A layer's work priced with this model's rates (per operation where dims has a shape)."""
+        return work(kind, direction, b, fwd_flops, dims, self.rates)
+
     def to_json(self) -> dict:
-        return {
+        priced = ({"priced_per_operation": self.rates.describe(self.seq),
+                   "form_per_operation": "seconds = max(floor_s, sum over the layer's operations "
+                                         "(harness/planning/op_costs.py) + bytes x s_per_byte)"}
+                  if self.rates is not None else {})
+        return priced | {
             "source": self.source, "device": self.device.name, "dtype": self.dtype,
             "peak_flops": self.peak, "sustained": self.device.sustained,
             "sustained_source": self.device.sustained_source, "memory_bandwidth_Bps": self.device.memory_bandwidth_Bps,
@@ -163,12 +215,22 @@ class ComputeModel:
         }
 
 
+GATED = ("llama", "mistral", "qwen2")  # model=hf archs with a SwiGLU MLP and rotary embeddings
+
+
 def profile_dims(profile: dict, dtype_bytes: int) -> Dims:
+    """A profile's dimensions; its transformer shape where it records heads (a GPT-2 profile:
+    ffn 4 d, as many KV heads as heads, no gating)."""
     m = profile["model"]
-    return Dims(seq=int(m["seq"]), d_model=int(m["d_model"]), vocab=int(m["vocab"]), dtype_bytes=dtype_bytes)
+    cfg = m.get("config") or {}
+    heads = m.get("heads") or cfg.get("heads")
+    return Dims(seq=int(m["seq"]), d_model=int(m["d_model"]), vocab=int(m["vocab"]), dtype_bytes=dtype_bytes,
+                heads=int(heads) if heads else None, kv_heads=cfg.get("kv_heads") or m.get("kv_heads"),
+                ffn=cfg.get("ffn") or m.get("ffn"), gated=cfg.get("arch") in GATED)
 
 
-def samples(profile: dict, dims: Dims, sizes: set[int] | None = None) -> dict[tuple[str, str], list[tuple[int, Work, float]]]:
+def samples(profile: dict, dims: Dims, sizes: set[int] | None = None,
+            rates: Rates | None = None) -> dict[tuple[str, str], list[tuple[int, Work, float]]]:
     """(kind, direction) -> (B, work, median seconds over the measured layers of that kind)."""
     by_kind: dict[tuple[str, str, int], list[tuple[Work, float]]] = {}
     for layer in profile["layers"]:
@@ -179,7 +241,7 @@ def samples(profile: dict, dims: Dims, sizes: set[int] | None = None) -> dict[tu
             if sizes is not None and b not in sizes:
                 continue
             for d in DIRECTIONS:
-                w = work(layer["kind"], d, b, float(m["fwd_flops"]), dims)
+                w = work(layer["kind"], d, b, float(m["fwd_flops"]), dims, rates)
                 by_kind.setdefault((layer["kind"], d, b), []).append((w, float(m[f"{d}_s"])))
     out: dict[tuple[str, str], list[tuple[int, Work, float]]] = {}
     for (kind, d, b), xs in sorted(by_kind.items()):
@@ -188,9 +250,10 @@ def samples(profile: dict, dims: Dims, sizes: set[int] | None = None) -> dict[tu
 
 
 def fit(profile: dict, device: Device, dtype: str, dtype_bytes: int, source: str,
-        sizes: set[int] | None = None, sustained: float | None = None) -> ComputeModel:
+        sizes: set[int] | None = None, sustained: float | None = None, per_operation: bool = True) -> ComputeModel:
     """Fit every (kind, direction) of a measured profile, on the given microbatch sizes (all by
-    default). `sustained` overrides the device table's share of peak."""
+    default). `sustained` overrides the device table's share of peak. `per_operation`: price
+    the layers' operations (op_costs.py) where the profile records their shape."""
     share = sustained if sustained is not None else device.sustained
     if share is None:
         raise ValueError(f"{device.name}: no sustained share of peak is published in harness/planning/devices.py; "
@@ -199,12 +262,18 @@ def fit(profile: dict, device: Device, dtype: str, dtype_bytes: int, source: str
         raise ValueError(f"sustained={share!r} (allowed: 0 < sustained <= 1)")
     peak = device.peak_flops(dtype)
     dims = profile_dims(profile, dtype_bytes)
+    rates = Rates(device, dtype, share) if per_operation and dims.shape() is not None else None
     tolerance = spread(profile) or DEFAULT_TOLERANCE
-    fits = {key: _fit_one(*key, pts, device, peak, share, tolerance)
-            for key, pts in samples(profile, dims, sizes).items()}
+    measured = samples(profile, dims, sizes, rates)
+    fits = {key: _fit_one(*key, pts, device, peak, share, tolerance) for key, pts in measured.items()}
     notes = []
+    for (kind, d), pts in measured.items():
+        quick = [b for b, w, t in pts if w.priced_s is not None and t < w.priced_s]
+        if quick:
+            notes.append(f"{kind} {d}: measured faster than its operations are priced at B={quick} "
+                         "(the per-operation rates are not lowered by a fit)")
     for f in fits.values():
-        if f.s_per_flop < 1 / (peak * share) * (1 - 1e-9):
+        if not f.priced and f.s_per_flop < 1 / (peak * share) * (1 - 1e-9):
             notes.append(f"{f.kind} {f.direction}: measured faster than {share:.0%} of peak: priced at its "
                          f"measured best rate ({1 / (f.s_per_flop * peak):.0%} of peak)")
     blocks = fits.get(("block", "fwd"))
@@ -212,7 +281,7 @@ def fit(profile: dict, device: Device, dtype: str, dtype_bytes: int, source: str
         notes.append(f"blocks sit on a {blocks.floor_s * 1e3:.2f} ms launch floor at B <= "
                      f"{max(blocks.sizes)} on this profile: it bounds their GEMM rate from below only, so large GEMMs "
                      f"are priced at {share:.0%} of peak ({device.sustained_source or 'given'})")
-    return ComputeModel(device, dtype, source, fits, notes)
+    return ComputeModel(device, dtype, source, fits, notes, rates, dims.seq)
 
 
 def leave_one_out(profile: dict, device: Device, dtype: str, dtype_bytes: int) -> dict:
@@ -221,12 +290,11 @@ def leave_one_out(profile: dict, device: Device, dtype: str, dtype_bytes: int) -
     each at its own kind's fit)."""
     dims = profile_dims(profile, dtype_bytes)
     all_sizes = sorted({int(s) for layer in profile["layers"] for s in layer["by_microbatch"]})
-    measured = samples(profile, dims)
     per_kind: dict[str, dict[str, float]] = {}
     whole: dict[str, dict[str, float]] = {}
     for held in all_sizes:
         model = fit(profile, device, dtype, dtype_bytes, "loo", sizes=set(all_sizes) - {held})
-        for (kind, d), pts in measured.items():
+        for (kind, d), pts in samples(profile, dims, rates=model.rates).items():
             for b, w, t in pts:
                 if b == held:
                     per_kind.setdefault(f"{kind} {d}", {})[str(b)] = model.seconds(kind, d, w) / t - 1
@@ -236,7 +304,7 @@ def leave_one_out(profile: dict, device: Device, dtype: str, dtype_bytes: int) -
                 m = layer["by_microbatch"].get(str(held))
                 if m is None:
                     continue
-                pred += model.seconds(layer["kind"], d, work(layer["kind"], d, held, float(m["fwd_flops"]), dims))
+                pred += model.seconds(layer["kind"], d, model.work(layer["kind"], d, held, float(m["fwd_flops"]), dims))
                 meas += float(m[f"{d}_s"])
             whole.setdefault(d, {})[str(held)] = pred / meas - 1
     worst = max(abs(e) for errs in whole.values() for e in errs.values())

@@ -11,6 +11,11 @@ without TF32 unless told to (torch.backends.cuda.matmul.allow_tf32 is False by d
 sustained on that architecture, with its source; None where nothing is published here (the
 compute model then needs it given). No CPU is listed: on CPU a record reports TFLOP/s, and
 MFU is n/a.
+
+The per-operation prices (harness/planning/op_costs.py) add, where listed: `sms` (the SM count,
+from NVIDIA's architecture whitepapers: a GEMM with fewer output tiles leaves SMs idle),
+`attention` (FlashAttention's published causal rates by sequence length) and `memory_share`
+(the share of the HBM bandwidth elementwise kernels are priced at: an assumption, said so).
 """
 
 from __future__ import annotations
@@ -27,6 +32,41 @@ _AMPERE_SUSTAINED = ("FlashAttention-2 (Dao, 2023, arXiv:2307.08691): up to 73% 
 
 
 @dataclass(frozen=True)
+class AttentionRates:
+    """Causal attention at head dim 128, TFLOP/s by sequence length, on the FLOPs the kernel
+    runs (forward: the causal half of 4 B s^2 d; backward: 2.5 x that, FlashAttention's count)."""
+    fwd_tflops: tuple[tuple[int, float], ...]
+    bwd_tflops: tuple[tuple[int, float], ...]
+    source: str
+    derived: bool  # True where the table is not the paper's figure on this very device
+
+
+_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+# FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608), H100 80GB SXM5, BF16/FP16, head dim 128:
+# Figure 5's causal forward panel and Figure 6's backward panel (the paper shows no causal
+# backward panel: its non-causal rates are used, a causal backward skips the masked blocks).
+_FA3_FWD = tuple(zip(_SEQS, (292.0, 423.0, 521.0, 579.0, 602.0, 616.0)))
+_FA3_BWD = tuple(zip(_SEQS, (316.0, 424.0, 501.0, 542.0, 559.0, 561.0)))
+_HOPPER_ATTENTION = AttentionRates(_FA3_FWD, _FA3_BWD, "FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608), "
+                                   "H100 SXM5, head dim 128: Fig. 5 causal forward, Fig. 6 backward", False)
+_H200_ATTENTION = AttentionRates(_FA3_FWD, _FA3_BWD, _HOPPER_ATTENTION.source + "; H200: the same GH100 chip and "
+                                 "clocks (attention is compute-bound: its larger bandwidth not credited)", True)
+# FlashAttention-2 (Dao 2023, arXiv:2307.08691) on A100: "up to 73% of the theoretical maximum
+# FLOP/s" forward and 63% backward (section 4.1): 228 and 197 TFLOP/s of 312. Its fall-off with
+# shorter sequences is taken from FlashAttention-2's own bars in the FA3 paper's H100 figures
+# (causal forward 191..335, backward 214..322 TFLOP/s over 512..16k), scaled to those maxima.
+_FA2_FWD_SHAPE = (191.0, 260.0, 298.0, 319.0, 333.0, 335.0)
+_FA2_BWD_SHAPE = (214.0, 260.0, 291.0, 310.0, 318.0, 322.0)
+_AMPERE_ATTENTION = AttentionRates(
+    tuple((s, 0.73 * 312 * r / _FA2_FWD_SHAPE[-1]) for s, r in zip(_SEQS, _FA2_FWD_SHAPE)),
+    tuple((s, 0.63 * 312 * r / _FA2_BWD_SHAPE[-1]) for s, r in zip(_SEQS, _FA2_BWD_SHAPE)),
+    "FlashAttention-2 (Dao 2023, arXiv:2307.08691) on A100: 73% of 312 TFLOP/s forward, 63% backward at "
+    "long sequences; shorter sequences scaled by FA2's own fall-off in the FA3 paper's figures", True)
+_MEMORY_SHARE = ("assumed: elementwise kernels (norms, activations, adds, the loss) priced at 80% of the "
+                 "datasheet's HBM bandwidth; not measured per kernel on this device")
+
+
+@dataclass(frozen=True)
 class Device:
     name: str  # as the datasheet names it
     pattern: str  # regex matched (case-insensitive, anywhere) against torch's device name
@@ -36,6 +76,10 @@ class Device:
     source: str
     sustained: float | None = None  # share of peak_bf16 a published kernel sustained
     sustained_source: str | None = None
+    sms: int | None = None  # streaming multiprocessors (NVIDIA's architecture whitepapers)
+    attention: AttentionRates | None = None
+    memory_share: float = 0.8
+    memory_share_source: str = _MEMORY_SHARE
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for the harness's dtype (fp32 | bf16 | fp16)."""
@@ -48,28 +92,28 @@ class Device:
 DEVICES: tuple[Device, ...] = (
     Device("NVIDIA GH200", r"gh200", 989e12, 67e12, 4.0e12,
            "NVIDIA GH200 datasheet: BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 96 GB HBM3 at 4 TB/s",
-           0.75, _HOPPER_SUSTAINED),
+           0.75, _HOPPER_SUSTAINED, 132, _H200_ATTENTION),
     Device("NVIDIA H200 NVL", r"h200 nvl", 835e12, 60e12, 4.8e12,
            "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): H200 NVL BF16 1,671 TFLOPS with sparsity, "
-           "FP32 60 TFLOPS, 4.8 TB/s", 0.75, _HOPPER_SUSTAINED),
+           "FP32 60 TFLOPS, 4.8 TB/s", 0.75, _HOPPER_SUSTAINED, 132, _H200_ATTENTION),
     Device("NVIDIA H200 SXM", r"h200", 989e12, 67e12, 4.8e12,
            "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): H200 SXM BF16 1,979 TFLOPS with sparsity, "
-           "FP32 67 TFLOPS, 4.8 TB/s", 0.75, _HOPPER_SUSTAINED),
+           "FP32 67 TFLOPS, 4.8 TB/s", 0.75, _HOPPER_SUSTAINED, 132, _H200_ATTENTION),
     Device("NVIDIA H100 NVL", r"h100 nvl", 835e12, 60e12, 3.9e12,
            "NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): H100 NVL BF16 1,671 TFLOPS with sparsity, "
-           "FP32 60 TFLOPS, 3.9 TB/s", 0.75, _HOPPER_SUSTAINED),
+           "FP32 60 TFLOPS, 3.9 TB/s", 0.75, _HOPPER_SUSTAINED, 132, _HOPPER_ATTENTION),
     Device("NVIDIA H100 PCIe", r"h100 pcie", 756e12, 51e12, 2.0e12,
            "NVIDIA H100 datasheet: H100 PCIe BF16 1,513 TFLOPS with sparsity, FP32 51 TFLOPS, 2 TB/s",
-           0.75, _HOPPER_SUSTAINED),
+           0.75, _HOPPER_SUSTAINED, 114),
     Device("NVIDIA H100 SXM", r"h100", 989e12, 67e12, 3.35e12,
            "NVIDIA H100 datasheet: H100 SXM BF16 1,979 TFLOPS with sparsity, FP32 67 TFLOPS, 3.35 TB/s",
-           0.75, _HOPPER_SUSTAINED),
+           0.75, _HOPPER_SUSTAINED, 132, _HOPPER_ATTENTION),
     Device("NVIDIA A100 40GB", r"a100.*40\s*gb", 312e12, 19.5e12, 1.555e12,
            "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): BF16 312 TFLOPS (624 with sparsity), "
-           "FP32 19.5 TFLOPS, 40 GB HBM2 at 1,555 GB/s", 0.73, _AMPERE_SUSTAINED),
+           "FP32 19.5 TFLOPS, 40 GB HBM2 at 1,555 GB/s", 0.73, _AMPERE_SUSTAINED, 108, _AMPERE_ATTENTION),
     Device("NVIDIA A100 80GB", r"a100", 312e12, 19.5e12, 2.039e12,
            "NVIDIA A100 datasheet: BF16 312 TFLOPS (624 with sparsity), FP32 19.5 TFLOPS, 80 GB HBM2e SXM at "
-           "2,039 GB/s (PCIe 1,935 GB/s)", 0.73, _AMPERE_SUSTAINED),
+           "2,039 GB/s (PCIe 1,935 GB/s)", 0.73, _AMPERE_SUSTAINED, 108, _AMPERE_ATTENTION),
     Device("NVIDIA B200", r"b200", 2.25e15, 75e12, 8.0e12,
            "NVIDIA HGX B200 datasheet (nvidia.com/en-us/data-center/hgx): per GPU FP16/BF16 4.5 PFLOPS with "
            "sparsity, FP32 75 TFLOPS, 8 TB/s"),
