@@ -581,7 +581,13 @@ def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path
     doc = json.loads((out / "advice.json").read_text())
     compute = doc["compute"]
     assert compute["source"] == "derived" and compute["device"] == "NVIDIA H200"
-    assert compute["efficiency"]["block"]["fwd"] == pytest.approx(0.75, abs=0.003)
+    # priced per operation: GEMMs at 75%, attention at FlashAttention-3's rates, memory-bound work
+    assert compute["efficiency"]["block"]["fwd"] == pytest.approx(0.714, abs=0.003)
+    assert compute["flops_convention"] == "megatron"
+    ops = {o["class"]: o for o in compute["operations"]}
+    assert set(ops) == {"gemm", "attention", "memory", "launch floor (fitted)"}
+    assert ops["attention"]["derived"] and not ops["launch floor (fitted)"]["derived"]
+    assert ops["gemm"]["fwd_s"] > ops["attention"]["fwd_s"] > 0 and ops["memory"]["bwd_s"] > 0
     assert compute["fit"]["source"] == "data/gpt2_h200_profile.json" and compute["fit"]["worst_leave_one_out"] < 0.12
     from harness.model.built import built_model
     from harness.frontend.compose import compose_config
@@ -599,6 +605,7 @@ def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path
         assert x["hfu"] == pytest.approx(x["mfu"] * (4 / 3 if x["overrides"]["checkpointing"] else 1), rel=1e-9)
     md = (out / "advice.md").read_text()
     assert "**derived**" in md and "MFU" in md and "--blocks 1" in md
+    assert "| attention |" in md and "megatron convention" in md
     # the zero-bubble schedules at dp > 1 are points like any other (each stage syncs after its
     # last W), priced with their all-reduce; some fit
     for name in ("zb_h1", "zb_h2", "zbv", "dualpipev"):

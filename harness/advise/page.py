@@ -154,6 +154,15 @@ def compute_blocks(p: Problem, r: Result, compute: dict | None, top: int) -> lis
         out.append(Text(str(why)))
     if fit := compute.get("fit"):
         out.append(Text(f"Large GEMMs approach {fit['sustained']:.0%} of peak: {fit['sustained_source']}."))
+    if ops := compute.get("operations"):
+        out.append(Text(f"A block priced per operation (harness/planning/op_costs.py), at B={ops[0]['microbatch_size']}; "
+                        "\"derived\" marks a price that is not a measurement on this device:"))
+        out.append(Table(["operation class", "forward", "backward", "priced at", "measured or derived", "source"],
+                         [[o["class"], _fmt_s(o["fwd_s"]), _fmt_s(o["bwd_s"]), o["priced_at"],
+                           "derived" if o["derived"] else "measured", o["source"]] for o in ops]))
+    if conv := compute.get("flops_convention"):
+        out.append(Text(f"MFU counts model FLOPs in the {conv} convention (Megatron-LM, PaLM appendix B, torchtitan): "
+                        "causal attention's whole s^2 term, recompute excluded (HFU includes it)."))
     return out
 
 
