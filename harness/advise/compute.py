@@ -65,7 +65,8 @@ def operation_summary(derivation: dict, b: int) -> list[dict]:
     """A derived block's seconds per operation class at microbatch size b (the nearest derived
     size below or at it, else the smallest), with what each class is priced at and whether that
     price is derived; [] for a profile not priced per operation."""
-    priced = (derivation.get("compute_model") or {}).get("priced_per_operation")
+    # the rates at the derived model's own sequence length (older profiles: the source's)
+    priced = derivation.get("priced_per_operation") or (derivation.get("compute_model") or {}).get("priced_per_operation")
     by_size = (derivation.get("operations") or {}).get("block") or {}
     if not priced or not by_size:
         return []
@@ -76,8 +77,8 @@ def operation_summary(derivation: dict, b: int) -> list[dict]:
     prices = {
         "gemm": (f"roofline: {g['roof_share_of_peak']:.0%} of {g['peak_tflops']:.0f} TFLOP/s, fewer tiles than "
                  f"{g['sms']} SMs idle some, bytes at HBM bandwidth", g["source"], g["derived"]),
-        "attention": (f"{a['fwd_tflops']:.0f} / {a['bwd_tflops']:.0f} TFLOP/s forward / backward (causal, s="
-                      f"{a['at_seq']} of the source profile; the model's own s is priced)", a["source"], a["derived"]),
+        "attention": (f"{a['fwd_tflops']:.0f} / {a['bwd_tflops']:.0f} TFLOP/s forward / backward (causal, "
+                      f"s={a['at_seq']})", a["source"], a["derived"]),
         "memory": (f"{m['share_of_bandwidth']:.0%} of {m['bandwidth_Bps'] / 1e12:.2f} TB/s", m["source"], m["derived"]),
     }
     rows = [{"class": cls, "fwd_s": ops["fwd"][cls], "bwd_s": ops["bwd"][cls], "priced_at": at, "source": src,

@@ -94,6 +94,7 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
             "leave_one_out": leave_one_out(measured, device, DTYPE, nbytes),
             "efficiency": efficiency,
             "operations": operations,
+            "priced_per_operation": cm.rates.describe(cfg.seq) if cm.rates is not None else None,
             "method": ("each layer kind's forward and backward seconds from harness/planning/compute_model.py fitted on the "
                        f"measured {shown} ({measured['device']}, {measured['dtype']}), priced per operation "
                        "(harness/planning/op_costs.py): max(floor, GEMMs on a roofline at "
