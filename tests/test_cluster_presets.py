@@ -39,3 +39,16 @@ def test_a_plan_prices_on_a_dgx_preset(tmp_path, name):
     assert result.status == "ok", result.error
     f = read(tmp_path / "result.json").metrics.flops
     assert f.device == PRESETS[name][0] and f.mfu is not None and f.mfu > 0
+
+
+def test_tp_collectives_of_a_block_over_nvlink():
+    """Per block and direction: 2 ring all-reduces of B x s x h (39.1B's h=8192, s=2048, B=1, bf16:
+    32 MiB) over a DGX A100's NVLink at tp=8; sequence parallelism moves the same bytes."""
+    from harness.simulate.pricing import tp_collectives_s
+
+    link = compose_config(["cluster=dgx_a100_80gb"]).cluster.intra
+    nbytes = 1 * 2048 * 8192 * 2
+    ar = tp_collectives_s(8, 8192, 2048, 1, 2, link)
+    assert ar == pytest.approx(2 * (14 * 10e-6 + 2 * 7 / 8 * nbytes / 300e9))
+    sp = tp_collectives_s(8, 8192, 2048, 1, 2, link, sequence_parallel=True)
+    assert sp == pytest.approx(ar) and tp_collectives_s(1, 8192, 2048, 1, 2, link) == 0.0

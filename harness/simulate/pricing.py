@@ -91,3 +91,21 @@ def dp_sync_theory_s(cost: CostModel, owner: tuple[int, ...], pp: int) -> float 
     for s, t in enumerate(cost.sync_s):
         per_rank[owner[s]] += t
     return max(per_rank)
+
+
+def tp_collectives_s(tp: int, hidden: int, seq: int, microbatch_size: int, dtype_bytes: int, link: LinkConfig,
+                     sequence_parallel: bool = False) -> float:
+    """Megatron's TP collectives of one decoder block in one direction (forward, or backward)
+    on one microbatch, over the link the TP group spans (within a node: the cluster's intra):
+    2 ring all-reduces of the activation (B x seq x hidden, in dtype: after the attention's and
+    the MLP's row-parallel linears forward, before their column-parallel ones backward), or with
+    sequence parallelism (Korthikanti et al. 2022) 2 all-gathers + 2 reduce-scatters of it, the
+    same bytes over the link in twice the steps. Not overlapped with compute. A pure function:
+    wiring it into the plan's costs waits on the `tp` config key (issue 36)."""
+    if tp <= 1:
+        return 0.0
+    nbytes = microbatch_size * seq * hidden * dtype_bytes
+    if not sequence_parallel:
+        return 2 * links.ring_allreduce_s(tp, nbytes, link)
+    half = (tp - 1) * link.latency_s + (tp - 1) / tp * nbytes / link.bandwidth_Bps  # an all-gather or a reduce-scatter
+    return 4 * half
