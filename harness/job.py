@@ -17,8 +17,8 @@ from harness.simulate.gc_pause import paused
 from harness.measure.metrics import compute_metrics, grad_check, over_budget, verdict
 from harness.planning.plan import Plan, make_plan
 from harness.runtime.precision import Precision
-from harness.records.record import (GANTT, RESULT, RUNNING, TRACE, environment, provenance, wall_clock_origin,
-                            write_json_atomic, write_trace_json)
+from harness.records.atomic import write_json_atomic
+from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment, provenance, wall_clock_origin, write_trace_json
 from harness.measure.reference import reference_losses
 from harness.records.result import Metrics, RecordError, Result, read
 from harness.records import running

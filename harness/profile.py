@@ -71,6 +71,7 @@ from harness.model import Model
 from harness.model.built import BuiltModel
 from harness.model.partition import min_max
 from harness.records.outputs import out_problem
+from harness.records.atomic import write_text
 from harness.runtime.precision import Precision
 
 
@@ -447,14 +448,12 @@ def make_parent(out: Path) -> str | None:
 
 
 def write_profile(out: Path, prof: dict) -> str | None:
-    """prof written to `out` atomically (a temporary file beside it, then renamed); one line
-    where that fails, with no temporary file left behind."""
-    tmp = out.with_name(out.name + ".tmp")
+    """prof written to `out` atomically (harness/records/atomic.py: a fresh temporary file beside
+    it, then renamed; a link or a FIFO at `out` refused); one line where that fails, with no
+    temporary file left behind."""
     try:
-        tmp.write_text(json.dumps(prof, indent=1, default=str))
-        tmp.replace(out)
+        write_text(out, json.dumps(prof, indent=1, default=str))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         return f"--out {out}: cannot write it ({e.strerror or type(e).__name__})"
     return None
 

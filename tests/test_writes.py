@@ -226,16 +226,16 @@ def test_a_full_disk_under_hydras_own_writes_is_named_too(tmp_path, run_harness,
 
 def test_a_job_whose_records_find_no_space_at_all_fails_without_raising(tmp_path, monkeypatch, config):
     from harness import job
-    from harness.records import record
+    from harness.records import atomic
 
-    write = record.write_atomic
+    write = atomic.write_atomic
 
     def full(path, *a, **k):
         if Path(path).name == "result.json":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return write(path, *a, **k)
 
-    monkeypatch.setattr(record, "write_atomic", full)
+    monkeypatch.setattr(atomic, "write_atomic", full)
     r = job.run_job(config(executor="sim", pp=2, microbatches=2), tmp_path, "t", "full")
     assert r.status == "failed" and r.error.startswith("disk full") and "no record written" in r.error
     assert not (tmp_path / "result.json").exists()

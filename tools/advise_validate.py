@@ -36,6 +36,7 @@ from pathlib import Path
 
 from harness.advise.search import AdviseError, Point, Problem, Space, predict, search
 from harness.config import Config
+from harness.records.atomic import write_atomic, write_text
 from tools.calibrate import REAL_MLP, REAL_SIZES, STAND_IN, load_average
 
 EMULATED_OVERRIDES = STAND_IN  # the H200 profile x cost.time_scale: the stand-in's real math stays inside each action
@@ -184,7 +185,7 @@ def median_profile(paths: list[Path], out: Path, microbatches: int) -> Path:
             layer["by_microbatch"][b] = {**t, "bwd_s": t["bwd_s"] * step_mean / job_mean}
     merged["measurement"] += (f"; the median of {len(runs)} such profiles, measured in the rounds of a validation, "
                               f"its B the mean over a step of M={microbatches} (advise_validate.py)")
-    out.write_text(json.dumps(merged, indent=1))
+    write_text(out, json.dumps(merged, indent=1))
     return out
 
 
@@ -346,9 +347,9 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
               "small": small,
               "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": load_average(),
               "summary": summary, "points": rows}
-    (out / "validation.json").write_text(json.dumps(result, indent=1))
+    write_text(out / "validation.json", json.dumps(result, indent=1))
     figure(rows, out / "validation.png")
-    (out / "validation.md").write_text(markdown(result))
+    write_text(out / "validation.md", markdown(result))
     return result
 
 
@@ -396,7 +397,7 @@ def figure(rows: list[dict], path: Path) -> None:
     err.grid(alpha=0.3, axis="y")
     fig.suptitle("predicted against measured, cluster=here (native executor)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_atomic(path, lambda f: fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png", dpi=120), binary=True)
     plt.close(fig)
 
 

@@ -37,6 +37,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from harness.records.atomic import write_text
+
 CONF = Path(__file__).resolve().parents[1] / "conf" / "cluster" / "here.yaml"
 SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
 
@@ -234,7 +236,7 @@ def inrun_profile(path: Path, work: Path, sizes: tuple[int, ...] = REAL_SIZES, l
             "layers": [{"index": i, "kind": model.kind(i), "params": params[i],
                         "by_microbatch": {k: {**v, "fwd_flops": model.fwd_flops(i, int(k))} for k, v in by.items()}}
                        for i in range(L)]}
-    path.write_text(json.dumps(prof, indent=1))
+    write_text(path, json.dumps(prof, indent=1))
     return path
 
 
@@ -467,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
               "# tools/calibrate.py); calibrated: the raw points. Load average before/after: "
               f"{load0} / {cluster['calibrated']['load_average_after']}.\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(header + _yaml(cluster))
+    write_text(args.out, header + _yaml(cluster))
     o = cluster["overhead"]
     log(f"tools.calibrate: p2p {cluster['intra']['latency_s'] * 1e6:.0f} us + "
         f"{cluster['intra']['bandwidth_Bps'] / 1e9:.2f} GB/s, all-reduce {cluster['allreduce_intra']['latency_s'] * 1e6:.0f}"

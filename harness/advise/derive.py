@@ -29,6 +29,7 @@ from harness.planning.compute_model import DIRECTIONS, GATED, Dims, fit, leave_o
 from harness.config import DTYPE_BYTES, model_config
 from harness.planning.devices import lookup
 from harness.runtime.precision import DTYPES
+from harness.records.atomic import write_text
 from harness.records.safe_io import read_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(compare(prof, _profile_json(args.compare, "--compare"))))
             return 0
         where = "--out"
-        args.out.write_text(json.dumps(prof, indent=1) + "\n")
+        write_text(args.out, json.dumps(prof, indent=1) + "\n")
     except (OSError, ValueError, KeyError, TypeError) as e:
         value = {"--source": args.source, "--compare": args.compare, "--out": args.out}[where]
         allowed = "a writable file" if where == "--out" else "a profile JSON as python -m harness.profile writes"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.records.atomic import write_atomic
+
 from .search import GIB, Prediction, Problem, Result
 
 MARGIN = 0.06  # of each axis' span, on both sides
@@ -84,7 +86,7 @@ def figure(p: Problem, r: Result, path: Path, title: str) -> Frame:
     ax.legend(fontsize=7, loc="best", title=want.left_out, title_fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_atomic(path, lambda f: fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png", dpi=120), binary=True)
     drawn = Frame(tuple(ax.get_xlim()), tuple(ax.get_ylim()), want.left_out)
     plt.close(fig)
     return drawn

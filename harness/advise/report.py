@@ -10,9 +10,9 @@ import math
 import shlex
 from pathlib import Path
 
-from harness.records.jsonsafe import strict
 from harness.config import OVERHEAD_TABLES
 from harness.frontend.compose import schedule_key
+from harness.records.atomic import write_json_atomic, write_text
 from harness.report.doc import Block, markdown
 from harness.report.html import page as html_page
 from harness.schedules.registry import COSTS, SCHEDULES
@@ -192,14 +192,10 @@ def write(p: Problem, r: Result, out: Path, top: int) -> dict[str, Path]:
     doc["recommended_bubble"] = explained.as_dict()
     doc["compute"] = compute_summary(p, r.fitting[0])
     # strict JSON (no Infinity or NaN: jq and JavaScript refuse them), each replaced value listed in the file
-    reasons: list[str] = []
-    strict_doc = strict(doc, reasons)
-    if reasons:
-        strict_doc["nulls"] = reasons
-    paths["json"].write_text(json.dumps(strict_doc, indent=1, allow_nan=False))
+    write_json_atomic(paths["json"], doc)
     title = model_title(p.config.model, p.model)
     frame = figure(p, r, paths["png"], title)
     parts = page_blocks(p, r, top, doc, paths["png"].name, frame, explained)
-    paths["md"].write_text(markdown(parts))
-    paths["html"].write_text(html_page(parts, f"Advice: {title} on {p.cluster.name}", out))
+    write_text(paths["md"], markdown(parts))
+    write_text(paths["html"], html_page(parts, f"Advice: {title} on {p.cluster.name}", out))
     return paths

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from harness.export import megatron, torchtitan
+from harness.records.atomic import write_text
 from harness.export.point import ExportError, Point, load
 from harness.export.script import CANNOT, Script
 from harness.records.outputs import out_problem
@@ -65,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         text = script.text()
         try:
             if csv is not None:
-                where.write_text(csv)
+                write_text(where, csv)
             if a.out is not None:
-                a.out.write_text(text)
+                write_text(a.out, text)
         except OSError as e:
             raise ExportError(f"--out={a.out}: cannot write ({e.strerror or e})") from None
     except (ExportError, ValueError, KeyError) as e:  # a registry's KeyError/ValueError is one line too

@@ -15,11 +15,11 @@ import contextlib
 import io
 import os
 import re
-import shutil
 import sys
 from typing import NoReturn
 
 from harness.frontend import signals
+from harness.records.scratch import Scratch
 
 # flags of Hydra's command line whose next argument is their value, not an override
 _FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--shell-completion",
@@ -29,21 +29,25 @@ _STEP_PART = re.compile(r"step\d+")
 _TRUE = re.compile(r"^\+{0,2}debug=(true|True|TRUE|yes|1)$")
 
 
-def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str], str | None]:
+def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str], str | None, Scratch | None]:
     """Under torchrun every rank runs this app: rank 0 records the job in Hydra's output
     directory; the others get a scratch directory and no logs. Sweeps are refused there (each
     job would need a fresh world): a sweep across machines is `-m hydra/launcher=slurm`, which
     gives each point its own allocation and starts its ranks as SLURM tasks (their scratch
-    directories are made by harness.runtime.cluster.SubmititJob, which never passes through here)."""
+    directories are made by harness.runtime.cluster.SubmititJob, which never passes through here).
+    Returns (argv, why it cannot run or None, the scratch directory made for this rank or None):
+    the scratch directory is made here (mkdtemp) and is the only one removed at the end, by
+    its identity, never a directory that merely has a scratch directory's name."""
     if "RANK" not in env or "WORLD_SIZE" not in env:
-        return argv, None
+        return argv, None, None
     if "-m" in argv or "--multirun" in argv:
         return argv, ("-m/--multirun under torchrun: run one job per torchrun (a sweep across machines: "
-                      "-m hydra/launcher=slurm, an allocation per point sized to its pp x dp)")
+                      "-m hydra/launcher=slurm, an allocation per point sized to its pp x dp)"), None
     if env["RANK"] == "0":
-        return argv, None
-    return argv + [f"hydra.run.dir=/tmp/harness-torchrun-{env.get('TORCHELASTIC_RUN_ID', 'run')}-rank{env['RANK']}",
-                   "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"], None
+        return argv, None, None
+    scratch = Scratch(prefix=f"harness-torchrun-{env.get('TORCHELASTIC_RUN_ID', 'run')}-rank{env['RANK']}-")
+    return argv + [f"hydra.run.dir={scratch.path}", "hydra.output_subdir=null", "hydra/job_logging=disabled",
+                   "hydra/hydra_logging=disabled"], None, scratch
 
 
 def quote_fault(arg: str) -> str:
@@ -132,11 +136,10 @@ def fail(message: str) -> NoReturn:
 
 def main() -> None:
     signals.install()  # Ctrl-C and SIGTERM honoured at every moment, a job's first milliseconds too
-    argv, problem = torchrun_overrides(sys.argv[1:], dict(os.environ))
+    # a torchrun rank other than 0 writes into a scratch directory made for it: removed when it is done
+    argv, problem, scratch = torchrun_overrides(sys.argv[1:], dict(os.environ))
     if problem:
         fail(problem)
-    # a torchrun rank other than 0 writes into a scratch directory: removed when it is done
-    scratch = next((a.partition("=")[2] for a in argv if a.startswith("hydra.run.dir=/tmp/harness-torchrun-")), None)
     argv = [quote_fault(a) for a in argv]
     full = os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0") or any(_TRUE.match(a) for a in argv)
     sys.argv[1:] = argv
@@ -172,8 +175,8 @@ def main() -> None:
     finally:
         sys.stderr = stderr
         GlobalHydra.instance().clear()
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            scratch.remove()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

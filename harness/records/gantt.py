@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.records.record import write_atomic
+from harness.records.atomic import write_atomic
 from harness.measure.trace import COMPUTE, Trace, events_of_step
 
 COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "#dd8452", "optim": "#555555",

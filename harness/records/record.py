@@ -12,14 +12,15 @@ import re
 import socket
 import stat
 import subprocess
-import tempfile
 import time
 from collections import Counter
 from datetime import datetime, timezone
 from operator import attrgetter
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any
 
+# the one home of atomic writing is harness/records/atomic.py; write_json_atomic is also importable from here
+from harness.records.atomic import write_atomic, write_json_atomic  # noqa: F401
 from harness.records.jsonsafe import strict
 from harness.records.safe_io import check, read_text
 from harness.records.result import Env
@@ -31,41 +32,6 @@ if TYPE_CHECKING:
     from harness.planning.plan import Plan
 
 RESULT, TRACE, GANTT, RUNNING = "result.json", "trace.json", "gantt.png", "running.json"
-
-
-# New files get the usual permissions (0666 less the umask) rather than mkstemp's 0600.
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def write_atomic(path: Path, write: Callable[[IO], object], binary: bool = False) -> None:
-    """`write(f)` into a temporary file in the same directory, flushed and fsync'd, then
-    renamed over `path`: a reader (or a crash) never sees half a file, and no temporary file
-    is left behind when `write` raises."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    """Strict JSON through write_atomic (a reader never sees half a file): NaN and Infinity
-    are not JSON, so a non-finite number is written as null, and a record (a dict) lists
-    why under `nulls`."""
-    reasons: list[str] = []
-    data = strict(data, reasons)
-    if reasons and isinstance(data, dict):
-        data["nulls"] = reasons
-    write_atomic(path, lambda f: json.dump(data, f, indent=1, default=str, allow_nan=False))
 
 
 @functools.lru_cache(maxsize=1)

@@ -117,6 +117,8 @@ def read_text(path: str | Path, key: str, kind: str) -> str:
 
 
 def copy(src: str | Path, dst: str | Path, key: str, kind: str) -> None:
-    """src's bytes (read_bytes: a regular file within its cap) written to dst."""
-    data = read_bytes(src, key, kind)
-    Path(dst).write_bytes(data)
+    """src's bytes (read_bytes: a regular file within its cap) written to dst atomically
+    (harness/records/atomic.py: never through a link at dst)."""
+    from harness.records.atomic import write_bytes
+
+    write_bytes(dst, read_bytes(src, key, kind))

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.records.atomic import write_text
 from harness.report import partition
 from harness.report.attribution import bubble_attribution
 from harness.report.peer import peer_section
@@ -109,6 +110,6 @@ def build_report(sweep: Sweep, out: Path) -> Path:
         blocks += figure_section(safely(make, sweep.runs, out))
     blocks += guarded(partition_section, sweep.runs, out) + guarded(peer_section, sweep.runs) + guarded(
         gallery_section, sweep, out)
-    (out / "index.md").write_text(markdown(blocks))
-    (out / "index.html").write_text(page(blocks, f"Sweep {sweep.name}", out))
+    write_text(out / "index.md", markdown(blocks))
+    write_text(out / "index.html", page(blocks, f"Sweep {sweep.name}", out))
     return out / "index.md"

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.planning import theory  # noqa: E402
+from harness.records.atomic import write_atomic  # noqa: E402
 from harness.report.runs import ok, run_ids, schedule_label  # noqa: E402
 from harness.schedules.registry import SCHEDULES  # noqa: E402
 
@@ -100,7 +101,8 @@ def save(fig, path: Path, title: str, runs: list[dict]) -> Path:
     """Title with the provenance line, then PNG and SVG side by side."""
     fig.suptitle(f"{title}\n" + textwrap.fill(provenance(runs), int(fig.get_figwidth() * 13)), fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"))
+    # atomically, never through a link at either name (harness/records/atomic.py)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
+    write_atomic(path.with_suffix(".svg"), lambda f: fig.savefig(f, format="svg"), binary=True)
     plt.close(fig)
     return path

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from harness.report.doc import Block, Table, Text
+from harness.records.atomic import write_atomic
 from harness.records.record import RESULT
 from harness.report.load import Sweep, status_of
 from harness.report.runs import dim, run_id, schedule_label
@@ -55,10 +56,12 @@ def write_csv(sweep: Sweep, path: Path) -> None:
     rows = [row(r) for r in sorted(sweep.runs, key=_order)]
     rows += [{"run": str(Path(f).parent) if Path(f).name == RESULT else f, "status": status_of(why), "error": why}
              for f, why in sweep.corrupt]
-    with open(path, "w", newline="") as f:
+    def write(f) -> None:
         w = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
         w.writeheader()
         w.writerows(rows)
+
+    write_atomic(path, write)  # never through a link planted at runs.csv (harness/records/atomic.py)
 
 
 SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "95%", "samples/s",

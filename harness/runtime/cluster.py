@@ -32,10 +32,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import zlib
@@ -51,6 +49,8 @@ from hydra.types import HydraContext, TaskFunction
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, LocalQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from harness.records.scratch import Scratch
 
 LAUNCHER_ENV = "HARNESS_LAUNCHER"  # who made this rank, for messages (harness.runtime.launch.external_launcher)
 # keys of harness's launcher configs that are no submitit parameter
@@ -194,16 +194,16 @@ class SubmititJob:
             os.environ.update(rank_env(env.global_rank, env.local_rank, env.num_tasks, env.num_nodes,
                                        env.hostnames, env.job_id))
             if env.global_rank != 0:  # as under torchrun (harness.frontend.cli.torchrun_overrides): no records, no logs
-                scratch = tempfile.mkdtemp(prefix=f"harness-{env.job_id}-rank{env.global_rank}-")
+                scratch = Scratch(prefix=f"harness-{env.job_id}-rank{env.global_rank}-")
                 with read_write(cfg.hydra), open_dict(cfg.hydra):
-                    cfg.hydra.sweep.dir = scratch
+                    cfg.hydra.sweep.dir = str(scratch.path)
                     cfg.hydra.output_subdir = None
         try:
             return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=cfg,
                            job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         finally:
             if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.remove()  # the directory made above, by its identity
 
 
 @dataclass

@@ -23,7 +23,6 @@ simulation describe that order), and torch's stage placement is checked against 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator
@@ -41,6 +40,7 @@ from harness.runtime.precision import Precision
 from harness.runtime.emulate import Emulator
 from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.tracer import Tracer
+from harness.records.scratch import Scratch
 from harness.schedules.csv_io import write_csv
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.schedules.registry import SCHEDULES, spec
@@ -50,8 +50,8 @@ from harness.measure.trace import COMM, COMPUTE, PIPELINE_KINDS, WAIT
 @contextmanager
 def as_csv(schedule: Schedule) -> Iterator[str]:
     """`schedule` in torch's compute_only CSV, in a file that lives while the caller reads it."""
-    with tempfile.TemporaryDirectory(prefix="harness-csv-") as d:
-        path = os.path.join(d, "schedule.csv")
+    with Scratch(prefix="harness-csv-") as d:  # removed by identity, never by name
+        path = os.path.join(d.path, "schedule.csv")
         write_csv(path, schedule)
         yield path
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import MAX_ACTIONS, ScheduleConfig
+from harness.records.atomic import write_text
 from harness.records.safe_io import CAPS, FileRefused, check, read_text
 from harness.schedules.ir import Action, Kind, Schedule
 from harness.schedules.registry import FILE, FROM_DATA, ScheduleInputs, ScheduleSpec, register
@@ -64,7 +65,7 @@ def from_csv(text: str) -> Schedule:
 
 
 def write_csv(path: str | Path, schedule: Schedule) -> None:
-    Path(path).write_text(to_csv(schedule))
+    write_text(path, to_csv(schedule))
 
 
 MAX_CSV_BYTES = CAPS["schedule_csv"]  # a million actions of a few characters each, with room to spare
