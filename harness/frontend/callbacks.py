@@ -20,6 +20,7 @@ from harness.records.record import RESULT
 from harness.report.load import scan
 from harness.records.result import RecordError, read
 from harness.records.locks import SWEEP_RECORD
+from harness.records.safe_io import read_text
 
 
 def sweep_size(config: DictConfig) -> int | None:
@@ -46,7 +47,7 @@ def sweep_record(config: DictConfig, since: float = 0.0) -> dict:
     try:
         if path.stat().st_mtime < since:
             return {}
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, SWEEP_RECORD, "result"))  # a regular file, capped: never a FIFO
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -63,7 +64,9 @@ def headline(out: Path) -> str:
 def append_sweep_log(sweep_dir: Path, line: str) -> None:
     """One line appended in one write (O_APPEND: whole lines even when jobs on several
     processes or hosts finish together; a shared file system may still interleave)."""
-    fd = os.open(sweep_dir / SWEEP_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    from harness.records.atomic import open_in_place
+
+    fd = open_in_place(sweep_dir / SWEEP_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never a link or a FIFO
     try:
         os.write(fd, (line.replace("\n", " ") + "\n").encode())
     finally:
@@ -201,7 +204,7 @@ class RunGuard(Callback):
 
         from harness.frontend.compose import to_config
         from harness.config import ConfigError, check_values
-        from harness.records.locks import Busy, DirLock, check_free, sweep_of, unsafe_dir
+        from harness.records.locks import RUN_FILES, Busy, DirLock, check_free, sweep_of, unsafe_dir, unsafe_files
         from harness.records.record import point_key
 
         HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
@@ -240,6 +243,9 @@ class RunGuard(Callback):
             rerun_statuses(c.rerun)
         except ConfigError as e:
             _refuse(str(e))
+        log = f"{OmegaConf.select(config, 'hydra.job.name', default='app')}.log"  # Hydra's job log
+        if why := unsafe_files(out, (*RUN_FILES, log)):
+            _refuse(f"hydra.run.dir={where}: {why}; nothing written")
         try:
             self.lock = DirLock(out).acquire()
         except Busy as e:

@@ -25,6 +25,7 @@ import functools
 import gc
 import itertools
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -251,6 +252,10 @@ class Sweeper(HydraSweeper):
             print(f"harness: error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        launch = {i: d for i, d in self.job_dirs.items() if i not in {j for j, _, _ in bad}}
+        if why := job_dirs_problem(sweep_dir, launch, points, varying, self.config):
+            print(f"harness: error: {why}; nothing written", file=sys.stderr, flush=True)
+            sys.exit(2)
         try:  # every point is checked: now the directory is this sweep's (harness.records.locks.SweepLock checked it)
             lock = DirLock(sweep_dir).acquire()
         except Busy as e:
@@ -315,7 +320,8 @@ class Sweeper(HydraSweeper):
 
     def _run(self, points: list[Sequence[str]], bad: list, varying: set[int], skipped: list[str], sweep_dir: Path,
              rerun: frozenset[str]) -> Any:
-        from harness.records.record import point_ids, write_json_atomic
+        from harness.records.atomic import write_json_atomic, write_text
+        from harness.records.record import point_ids
 
         ids = point_ids([list(p) for p in points])
         _POINT_IDS.update({(os.path.abspath(sweep_dir), i): pid for i, pid in enumerate(ids)})
@@ -325,12 +331,15 @@ class Sweeper(HydraSweeper):
             kept, resumed = self._resume(points, ids, [i for i in range(len(points)) if i not in left_out], varying,
                                          sweep_dir, rerun)
             left_out |= kept
+        if why := others_records({i: d for i, d in self.job_dirs.items() if i not in left_out}, ids, points, varying):
+            print(f"harness: error: {why}; nothing run", file=sys.stderr, flush=True)
+            sys.exit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         # what the progress and summary callbacks read (and a user may: which points were left out, why)
         record = {"points": len(points), "launched": len(points) - len(left_out), "skipped": skipped,
                   **({"resume": resumed} if resumed else {}), "point_ids": ids}
         try:
-            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))  # OmegaConf.save's text, atomically
             write_json_atomic(sweep_dir / SWEEP_RECORD, record)
         except OSError as e:  # a full disk: the first job will say so, and the sweep stops there
             print(f"harness: warning: {sweep_dir}: {e.strerror}", file=sys.stderr, flush=True)
@@ -401,7 +410,8 @@ class Sweeper(HydraSweeper):
         """Hydra's own writes for job i (.hydra/, app.log) found the disk full: the job's record
         where space allows, and the sweep stops."""
         from harness.job import disk_full_error
-        from harness.records.record import RESULT, write_json_atomic
+        from harness.records.atomic import write_json_atomic
+        from harness.records.record import RESULT
         from harness.records.result import Result
 
         error = disk_full_error(e)
@@ -430,12 +440,78 @@ def point_id(sweep_dir: Path, num: int, overrides: list[str]) -> str:
     try:
         import json
 
-        ids = json.loads((Path(sweep_dir) / SWEEP_RECORD).read_text()).get("point_ids")
+        from harness.records.safe_io import read_text
+
+        ids = json.loads(read_text(Path(sweep_dir) / SWEEP_RECORD, SWEEP_RECORD, "result")).get("point_ids")
         if isinstance(ids, list) and 0 <= num < len(ids) and isinstance(ids[num], str):
             return ids[num]
     except (OSError, ValueError, AttributeError):
         pass
     return point_key(overrides)
+
+
+_OWN_SUBDIR = ("allowed: a relative path inside hydra.sweep.dir, without '..', different for every point, "
+               "as the default ${hydra.job.num}_${harness.dirname:${hydra.job.override_dirname}}")
+
+
+def job_dirs_problem(sweep_dir: Path, dirs: dict[int, Path], points: list[Sequence[str]], varying: set[int],
+                     config: DictConfig) -> str | None:
+    """Why these job directories (hydra.sweep.subdir expanded for every point to launch) cannot
+    hold the sweep's records, in one line, or None: every job needs a directory of its own,
+    inside the sweep's directory (not the sweep's directory itself: a subdir of '' or '.', nor
+    out of it: an absolute path or '..'), a real directory where one is there already (not a
+    link), with no link or FIFO where the job's files go (locks.unsafe_files)."""
+    from harness.records.locks import RUN_FILES, unsafe_files
+
+    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")  # as written, for the message
+    log = f"{OmegaConf.select(config, 'hydra.job.name', default='app')}.log"
+    seen: dict[str, int] = {}
+    for i, d in sorted(dirs.items()):
+        top, job = Path(os.path.abspath(sweep_dir)), Path(os.path.abspath(d))  # abspath: '..' folded away
+        if not Path(d).is_relative_to(sweep_dir) or ".." in Path(d).relative_to(sweep_dir).parts or job == top:
+            where = "is the sweep's directory itself" if job == top else "leaves the sweep's directory"
+            return f"hydra.sweep.subdir={raw}: [{shown(points[i], varying)}] gets {d}, which {where} ({_OWN_SUBDIR})"
+        key = os.path.normcase(str(job))
+        if key in seen:
+            return (f"hydra.sweep.subdir={raw}: [{shown(points[seen[key]], varying)}] and [{shown(points[i], varying)}] "
+                    f"get the same job directory {job.relative_to(top)} ({_OWN_SUBDIR})")
+        seen[key] = i
+        for above in reversed(job.relative_to(top).parents[:-1]):  # the folders on the way (subdir a/b: a)
+            if why := unsafe_files(top / above, (), own=True):
+                return f"hydra.sweep.subdir={raw}: {why}"
+        if why := unsafe_files(job, (*RUN_FILES, log), own=True):
+            return f"[{shown(points[i], varying)}] {why}"
+    return None
+
+
+def others_records(dirs: dict[int, Path], ids: list[str], points: list[Sequence[str]], varying: set[int]) -> str | None:
+    """Why the points about to run would replace another point's record, or None: a job directory
+    named by its number alone (hydra.sweep.subdir=${hydra.job.num}) held a different point in an
+    earlier sweep whose values came in another order. Its record (result.json, or Hydra's
+    .hydra/overrides.yaml where the job left none) says which point it is; a record of the same
+    point is replaced, as a rerun's is. Reads only regular files (result.read, record.point_of)."""
+    from harness.records.record import RESULT, point_of
+    from harness.records.result import RecordError, read
+
+    clashes = []
+    for i, d in sorted(dirs.items()):
+        if not d.is_dir():
+            continue
+        try:
+            prov = read(d / RESULT).provenance if (d / RESULT).exists() else None
+        except RecordError:
+            prov = None
+        theirs = point_of({"provenance": prov}, d)
+        # ' #2': a point repeated with other run control only (record.point_ids); .hydra/ does not say which
+        if theirs is not None and re.sub(r" #\d+$", "", theirs) != re.sub(r" #\d+$", "", ids[i]):
+            clashes.append((i, d, theirs))
+    if not clashes:
+        return None
+    i, d, theirs = clashes[0]
+    return (f"[{shown(points[i], varying)}] would write into {d}, which holds the record of another point ({theirs})"
+            f"{f', and {len(clashes) - 1} more like it' if len(clashes) > 1 else ''}: hydra.sweep.subdir names jobs "
+            "by their number alone and the values came in another order (allowed: a subdir that names the point, as "
+            "the default ${hydra.job.num}_${harness.dirname:${hydra.job.override_dirname}}, or another hydra.sweep.dir)")
 
 
 def _disk_full(e: BaseException) -> bool:

@@ -12,6 +12,9 @@
   repository and above) or one inside it (the package, a directory git tracks files in).
 - `sweep_of` says when a directory is a sweep's (or one of its jobs'): a single run there is
   refused (the sweep owns its records; `-m ... resume=true` reruns a job).
+- `unsafe_files` refuses a directory where a file the harness (or Hydra for it) writes is there
+  already and is not a regular file (a symlink, a FIFO: harness/records/atomic.py), before anything
+  is written: the lock file itself is opened without following a link or blocking on a FIFO.
 """
 
 from __future__ import annotations
@@ -27,8 +30,16 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from harness.records.atomic import UnsafeTarget, check_dir, check_target, open_in_place
+
 LOCK = ".harness.lock"
 SWEEP_RECORD = "sweep.json"  # harness.frontend.sweeper's record of a sweep (the same name; sweeper imports it from here)
+# what is written into a sweep's directory (multirun.yaml by Hydra's sweeper or harness's, sweep.log by the jobs)
+SWEEP_FILES = (LOCK, "multirun.yaml", SWEEP_RECORD, "sweep.log")
+# what a run or a sweep's job writes into its directory (.hydra/ and <job name>.log by Hydra); a link or a
+# FIFO at any of them is refused before Hydra or the harness writes there
+RUN_FILES = (LOCK, "result.json", "trace.json", "gantt.png", "running.json", ".hydra/config.yaml",
+             ".hydra/hydra.yaml", ".hydra/overrides.yaml")
 _HELD: dict[str, list[int]] = {}  # lock file (real path) -> [fd, times taken] by this process
 
 
@@ -54,7 +65,7 @@ class DirLock:
             _HELD[key][1] += 1
             self.fd, self.key = _HELD[key][0], key
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_in_place(self.path, os.O_RDWR | os.O_CREAT)  # a link or a FIFO there: UnsafeTarget
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -92,7 +103,7 @@ def holder(directory: Path) -> str | None:
     try:
         if os.path.realpath(path) in _HELD:
             return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
@@ -170,6 +181,23 @@ def unsafe_dir(path: str | None, cwd: str | None = None) -> str | None:
     return None
 
 
+def unsafe_files(directory: str | Path, names: tuple[str, ...], own: bool = False) -> str | None:
+    """Why the harness must not write `names` into `directory` (one line), or None: one of them
+    (or a folder on its way, .hydra/) is there and is not a regular file; with `own` (a directory
+    the harness names itself: a sweep's job), `directory` is a symlink or not a directory."""
+    d = Path(directory)
+    try:
+        if own:
+            check_dir(d)
+        for name in names:
+            if "/" in name:
+                check_dir(d / name.rsplit("/", 1)[0])
+            check_target(d / name)
+    except UnsafeTarget as e:
+        return str(e)
+    return None
+
+
 def _refuse(message: str) -> None:
     print(f"harness: error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
@@ -189,6 +217,8 @@ class SweepLock(Callback):
         if why := unsafe_dir(where, OmegaConf.select(config, "hydra.runtime.cwd", default=None)):
             _refuse(f"hydra.sweep.dir={where or ''}: {why}; nothing written")
         directory = Path(str(where))
+        if why := unsafe_files(directory, SWEEP_FILES):
+            _refuse(f"hydra.sweep.dir={where}: {why}; nothing written")
         if (directory / "result.json").exists():
             _refuse(f"hydra.sweep.dir={where}: a single run's directory (it holds result.json); nothing written")
         try:
