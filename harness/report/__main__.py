@@ -12,6 +12,7 @@ import stat
 import sys
 from pathlib import Path
 
+from harness.records.atomic import UnsafeTarget
 from harness.records.outputs import out_problem
 from harness.records.record import RESULT
 from harness.report.build import build_report
@@ -55,6 +56,19 @@ def _files(folder: Path) -> list[str]:
     return sorted(out)
 
 
+def _entries(folder: Path) -> tuple[list[str], list[str]]:
+    """(every entry under folder that is not a directory: files, links of any kind, FIFOs;
+    every directory, empty ones included), relative POSIX paths, sorted; no link followed."""
+    leaves, dirs = [], []
+    for d, subdirs, files in os.walk(folder):  # a link to a directory is listed in subdirs, not entered
+        here = Path(d)
+        for name in subdirs:
+            rel = (here / name).relative_to(folder).as_posix()
+            (leaves if (here / name).is_symlink() else dirs).append(rel)
+        leaves += [(here / f).relative_to(folder).as_posix() for f in files]
+    return sorted(leaves), sorted(dirs)
+
+
 def _written(target: Path) -> list[str]:
     """What the marker says --copy-as wrote into target: plain relative paths inside it only."""
     try:
@@ -78,39 +92,82 @@ def _through_link(target: Path, f: str) -> bool:
     return False
 
 
+def _copy_file(src: Path, dst: Path) -> None:
+    """One file of the report into the new copy (a test injects a full disk here)."""
+    shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _carry(src: Path, dst: Path) -> None:
+    """A file of the user's in the old copy, into the new one as it is: hard-linked (no byte
+    written), a link recreated as a link, else copied."""
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        _copy_file(src, dst)
+
+
 def replace_copy(report: Path, target: Path) -> list[str]:
     """The report copied into target, replacing what an earlier copy wrote there (its marker's
     list) and nothing else; returns the files kept (not written by --copy-as). Refused (one
-    line) where the copy would overwrite a file the harness did not write."""
+    line) where the copy would overwrite a file the harness did not write.
+
+    The new copy is written beside the old one, into a fresh directory in the same parent (the
+    report's files, the user's files the old copy held, then the marker), and swapped in by
+    renames: the old copy to a fresh name, the new one to target; the old one is then removed
+    by its identity (records/scratch.py). A failure at any byte before the swap (a full disk)
+    leaves the old copy and its marker as they were, and no temporary directory behind."""
     new = _files(report)
-    old = set(_written(target)) if target.exists() else set()
+    existed = os.path.lexists(target)
+    old = set(_written(target)) if existed else set()
+    leaves, dirs = _entries(target) if existed else ([], [])
+    kept = [f for f in leaves if f not in old and f != MARKER]
     clash = [f for f in new if _through_link(target, f) or f not in old and (
         (target / f).exists() or (target / f).is_symlink())]
     if clash:
         raise Refused(f"--copy-as {target.name}: {target / clash[0]} was not written by --copy-as and the copy would "
                       f"replace it ({len(clash)} such file(s)); not replaced")
-    for f in sorted(old, reverse=True):
-        p = target / f
-        if _through_link(target, f):
-            continue
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-        for parent in p.parents:  # folders it leaves empty, up to the target
-            if parent == target or not parent.is_relative_to(target):
-                break
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-    (target / MARKER).unlink(missing_ok=True)
-    for f in new:
-        (target / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(report / f, target / f)
-    from harness.records.record import write_json_atomic
+    from harness.records.atomic import write_json_atomic
+    from harness.records.scratch import Scratch, identity, remove_dir
 
-    write_json_atomic(target / MARKER, {"written_by": "python -m harness.report --copy-as", "source": str(report),
-                                        "files": new})
-    return [f for f in _files(target) if f not in new and f != MARKER]
+    fresh = Scratch(prefix=f".{target.name}.new-", dir=target.parent)
+    try:
+        os.chmod(fresh.path, stat.S_IMODE(os.stat(target if existed else report).st_mode))  # not mkdtemp's 0700
+        for d in dirs:
+            if not any(f.startswith(d + "/") for f in old):  # the user's folders (empty ones too)
+                (fresh.path / d).mkdir(parents=True, exist_ok=True)
+        for f in new:
+            (fresh.path / f).parent.mkdir(parents=True, exist_ok=True)
+            _copy_file(report / f, fresh.path / f)
+        for f in kept:
+            (fresh.path / f).parent.mkdir(parents=True, exist_ok=True)
+            _carry(target / f, fresh.path / f)
+        write_json_atomic(fresh.path / MARKER, {"written_by": "python -m harness.report --copy-as",
+                                                "source": str(report), "files": new})
+        fresh.unmark()  # the copy holds what the report and the user put there, nothing of the scratch's
+        if not existed:
+            os.rename(fresh.path, target)
+            return kept
+        before = identity(target)
+        aside = Scratch(prefix=f".{target.name}.old-", dir=target.parent)  # a directory to rename over
+        try:
+            aside.unmark()  # empty: rename replaces only an empty directory
+            os.rename(target, aside.path)
+        except BaseException:
+            aside.remove()
+            raise
+        try:
+            os.rename(fresh.path, target)
+        except BaseException:
+            os.rename(aside.path, target)  # the old copy back where it was
+            raise
+    except BaseException:
+        fresh.remove()
+        raise
+    remove_dir(aside.path, before)  # the old copy, which this process moved there, and nothing else
+    return kept
 
 
 SWEEP_ALLOWED = "allowed: a sweep or run directory python -m harness wrote, with result.json files"
@@ -191,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness.report: error: {e}", file=sys.stderr)
         return 2
     sweep = load_sweep(path)
-    index = build_report(sweep, report)
+    try:
+        index = build_report(sweep, report)
+    except UnsafeTarget as e:  # a link or a FIFO where the report writes (runs.csv, index.md, a figure): not followed
+        print(f"harness.report: error: --out={args.out}: {e}", file=sys.stderr)
+        return 2
     if copy is not None:
         try:
             copy = copy_target(args.out, args.copy_as, report)  # again: the report took a while
@@ -202,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         except Refused as e:
             print(f"harness.report: error: {e}", file=sys.stderr)
             return 2
-        except OSError as e:
-            print(f"harness.report: error: --copy-as {args.copy_as}: {type(e).__name__}: {e}", file=sys.stderr)
+        except OSError as e:  # the old copy and its marker stand (replace_copy)
+            print(f"harness.report: error: --copy-as {args.copy_as}: {type(e).__name__}: {e}; the earlier copy is "
+                  "unchanged", file=sys.stderr)
             return 1
     missing = sum(status_of(why) == "missing" for _, why in sweep.corrupt)
     older = f", {len(sweep.superseded)} superseded" if sweep.superseded else ""
