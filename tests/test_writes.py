@@ -10,6 +10,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ class Held:
         directory.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(directory / ".harness.lock", os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(self.fd, 0)
         os.write(self.fd, b"4242")
 
     def __enter__(self) -> "Held":
@@ -239,3 +241,218 @@ def test_a_job_whose_records_find_no_space_at_all_fails_without_raising(tmp_path
     r = job.run_job(config(executor="sim", pp=2, microbatches=2), tmp_path, "t", "full")
     assert r.status == "failed" and r.error.startswith("disk full") and "no record written" in r.error
     assert not (tmp_path / "result.json").exists()
+
+
+# -- 6. nothing deleted that the harness did not make (issue 35) -----------------------------------
+
+def test_a_run_dir_named_like_a_torchrun_scratch_dir_is_the_users_and_stays(tmp_path, run_harness):
+    import tempfile
+
+    # the old launcher removed any hydra.run.dir starting with /tmp/harness-torchrun- at exit
+    mine = Path(tempfile.mkdtemp(prefix="harness-torchrun-", dir="/tmp"))
+    try:
+        (mine / "notes.txt").write_text("mine")
+        assert run_harness(*SIM, "microbatches=2", f"hydra.run.dir={mine}", cwd=tmp_path).returncode == 0
+        assert (mine / "notes.txt").read_text() == "mine" and (mine / "result.json").is_file()
+        p = run_harness(*SIM, "model.layers=1", f"hydra.run.dir={mine / 'x'}", cwd=tmp_path)  # a refusal too
+        assert p.returncode == 2 and (mine / "notes.txt").read_text() == "mine"
+    finally:
+        shutil.rmtree(mine)
+
+
+def test_a_torchrun_rank_gets_a_scratch_dir_of_its_own_removed_by_identity(tmp_path):
+    from harness.frontend.cli import torchrun_overrides
+
+    argv, problem, scratch = torchrun_overrides(["pp=2"], {"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "t"})
+    assert problem is None and scratch is not None and f"hydra.run.dir={scratch.path}" in argv
+    assert scratch.path.name.startswith("harness-torchrun-t-rank1-") and scratch.path.is_dir()
+    # another directory put at its path (the same name, not the same directory; the inode reused) is not removed
+    shutil.rmtree(scratch.path)
+    scratch.path.mkdir()
+    (scratch.path / "theirs").write_text("x")
+    assert not scratch.remove() and (scratch.path / "theirs").exists()
+    (scratch.path / "theirs").unlink()
+    scratch.path.rmdir()
+    # a link at its path is not followed
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    scratch.path.symlink_to(target)
+    assert not scratch.remove() and (target / "keep").exists()
+    scratch.path.unlink()
+    _, _, own = torchrun_overrides([], {"RANK": "1", "WORLD_SIZE": "2"})
+    (own.path / "x").write_text("scratch")
+    assert own.remove() and not own.path.exists()
+    assert torchrun_overrides([], {"RANK": "0", "WORLD_SIZE": "2"})[2] is None
+
+
+# -- 7. every sweep job a directory of its own -----------------------------------------------------
+
+@pytest.mark.parametrize("subdir,said", [
+    ("x", "get the same job directory x"), (".", "is the sweep's directory itself"),
+    ("..", "leaves the sweep's directory"), ("../../${hydra.job.num}", "leaves the sweep's directory"),
+    ("/tmp/elsewhere${hydra.job.num}", "leaves the sweep's directory"),
+    ("${hydra.job.override_dirname}", "get the same job directory"),  # fault is excluded from the dirname
+])
+def test_a_subdir_that_is_not_each_points_own_is_refused_before_any_job(tmp_path, run_harness, subdir, said):
+    sweep = tmp_path / "s"
+    p = run_harness("-m", "microbatches=2,4", "fault=null,null", *SIM, f"hydra.sweep.dir={sweep}",
+                    f"hydra.sweep.subdir={subdir}", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and said in p.stderr, p.stderr
+    assert "nothing written" in p.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_a_resume_in_another_order_never_writes_over_another_points_record(tmp_path, run_harness):
+    sweep = tmp_path / "s"
+    args = [*SIM, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]  # job dirs by number alone
+    assert run_harness("-m", "microbatches=2,4", *args, cwd=tmp_path).returncode == 0
+    p = run_harness("-m", "microbatches=4,2", *args, "resume=true", cwd=tmp_path)  # found by content: nothing runs
+    assert p.returncode == 0 and p.stdout.count("skipped (resume=true)") == 2, p.stderr
+    before = snapshot(sweep)
+    # a new point first: it would be job 0, whose directory holds microbatches=2's record
+    p = run_harness("-m", "microbatches=8,2,4", *args, "resume=true", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"would write into {sweep / '0'}, which holds the record of another point" in p.stderr
+    assert {k: v for k, v in snapshot(sweep).items() if k != ".harness.lock"} == {
+        k: v for k, v in before.items() if k != ".harness.lock"}  # the lock: this harness's pid, nothing else
+    assert json.loads((sweep / "0" / "result.json").read_text())["config"]["microbatches"] == 2
+
+
+def test_a_second_sweep_on_a_running_sweeps_directory_is_refused(tmp_path, run_harness):
+    sweep = tmp_path / "s"
+    args = ["-m", "microbatches=2", *SIM, f"hydra.sweep.dir={sweep}"]
+    assert run_harness(*args, cwd=tmp_path).returncode == 0
+    before = snapshot(sweep)
+    with Held(sweep):  # the first sweep, still running: its lock on the sweep's directory
+        for extra in ([], ["resume=true"], ["microbatches=2,4"]):
+            p = run_harness(*args, *extra, cwd=tmp_path)
+            assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+            assert "is being written by another harness (pid 4242)" in p.stderr
+    assert {k: v for k, v in snapshot(sweep).items() if k != ".harness.lock"} == {
+        k: v for k, v in before.items() if k != ".harness.lock"}
+
+
+# -- 8. no link followed, no FIFO opened, where the harness writes ---------------------------------
+
+def test_atomic_writes_refuse_links_and_fifos_and_leave_nothing_half_written(tmp_path):
+    from harness.records.atomic import UnsafeTarget, write_atomic, write_json_atomic, write_text
+
+    theirs = tmp_path / "theirs.txt"
+    theirs.write_text("theirs")
+    (tmp_path / "link").symlink_to(theirs)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for name, what in (("link", "a symlink"), ("fifo", "a FIFO"), ("dir", "a directory")):
+        with pytest.raises(UnsafeTarget) as e:
+            write_text(tmp_path / name, "x")
+        assert str(e.value) == f"{tmp_path / name}: {what} is there, not replaced (allowed: a regular file or nothing)"
+    assert theirs.read_text() == "theirs"
+    write_json_atomic(tmp_path / "r.json", {"a": float("nan")})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": None, "nulls": ["a: nan written as null (not a finite number)"]}
+
+    def half(f):
+        f.write("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "r.json", half)
+    assert json.loads((tmp_path / "r.json").read_text())["a"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo", "link", "r.json", "theirs.txt"]
+    assert oct((tmp_path / "r.json").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("where,name,kind", [
+    ("sweep", "multirun.yaml", "link"), ("sweep", "sweep.log", "fifo"), ("sweep", ".harness.lock", "link"),
+    ("sweep", "sweep.json", "fifo"), ("job", "", "link"), ("job", "result.json", "link"),
+    ("job", ".hydra/config.yaml", "link"), ("job", "app.log", "fifo"), ("run", ".harness.lock", "link"),
+    ("run", "result.json", "fifo"), ("run", "trace.json", "link"), ("run", ".hydra", "link"),
+])
+def test_a_link_or_fifo_where_a_run_writes_is_refused_in_one_line(tmp_path, run_harness, where, name, kind):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "file").write_text("theirs")
+    sweep, run = tmp_path / "s", tmp_path / "r"
+    place = {"sweep": sweep, "job": sweep / f"0_{DIRNAME.format(2)}", "run": run}[where] / name
+    place.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(place)
+    else:
+        place.symlink_to(theirs if name in ("", ".hydra") else theirs / "file")
+    before = snapshot(tmp_path)
+    args = ["-m", "microbatches=2", f"hydra.sweep.dir={sweep}"] if where != "run" else [f"hydra.run.dir={run}"]
+    p = run_harness(*args, *SIM, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"{'a FIFO' if kind == 'fifo' else 'a symlink'}" in p.stderr and "not replaced" in p.stderr, p.stderr
+    assert snapshot(tmp_path) == before and (theirs / "file").read_text() == "theirs"
+
+
+def test_report_export_and_profile_outputs_never_write_through_a_link(tmp_path, capsys):
+    from harness.profile import write_profile
+    from harness.report.__main__ import main
+
+    theirs = tmp_path / "theirs.txt"
+    theirs.write_text("theirs")
+    sweep = tmp_path / "s"
+    (sweep / "0_x" / ".hydra").mkdir(parents=True)
+    out = tmp_path / "out"
+    (out / "s").mkdir(parents=True)
+    (out / "s" / "runs.csv").symlink_to(theirs)
+    assert main([str(sweep), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs.csv: a symlink is there, not replaced" in err, err
+    (tmp_path / "p.json").symlink_to(theirs)
+    assert "a symlink is there" in write_profile(tmp_path / "p.json", {"x": 1})
+    from harness.export.__main__ import main as export
+
+    capsys.readouterr()
+    advice = ROOT / "reports" / "advise_example" / "advice.json"
+    assert export(["--to", "megatron", f"{advice}#1", "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a symlink is there, not replaced" in err, err
+    assert theirs.read_text() == "theirs"
+
+
+# -- 9. --copy-as: the new copy beside the old, swapped in by renames ------------------------------
+
+def test_copy_as_on_a_full_disk_leaves_the_old_copy_and_its_marker(tmp_path, capsys, monkeypatch):
+    from harness.report import __main__ as report
+
+    sweep = tmp_path / "s"
+    (sweep / "0_x" / ".hydra").mkdir(parents=True)
+    out = tmp_path / "out"
+    argv = [str(sweep), "--out", str(out), "--copy-as", "example"]
+    assert report.main(argv) == 0
+    copy = out / "example"
+    (copy / "notes.txt").write_text("mine")  # a file of the user's in the copy: carried over
+    (copy / "mine").mkdir()
+    (copy / "mine" / "link").symlink_to("../notes.txt")
+    assert report.main(argv) == 0 and (copy / "notes.txt").read_text() == "mine"
+    assert os.readlink(copy / "mine" / "link") == "../notes.txt"
+    before = snapshot(copy)
+    assert report.MARKER in before
+    copied = []
+    write = report._copy_file
+
+    def full(src, dst):
+        if len(copied) == 1:  # the second file: half of it written, then no space
+            Path(dst).write_bytes(Path(src).read_bytes()[:3])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        copied.append(dst)
+        write(src, dst)
+
+    monkeypatch.setattr(report, "_copy_file", full)
+    capsys.readouterr()
+    assert report.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "the earlier copy is unchanged" in err, err
+    assert snapshot(copy) == before
+    assert sorted(p.name for p in out.iterdir()) == ["example", "s"]  # no temporary directory left
+    monkeypatch.setattr(report, "_copy_file", write)
+    assert report.main(argv) == 0 and snapshot(copy).keys() == before.keys()
+    assert sorted(p.name for p in out.iterdir()) == ["example", "s"]  # the old copy removed
