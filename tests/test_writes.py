@@ -392,6 +392,17 @@ def test_a_link_or_fifo_where_a_run_writes_is_refused_in_one_line(tmp_path, run_
     assert snapshot(tmp_path) == before and (theirs / "file").read_text() == "theirs"
 
 
+def test_hydras_own_output_subdir_is_checked_where_it_is(tmp_path, run_harness):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "meta").symlink_to(theirs)  # hydra.output_subdir=meta: Hydra would write its config files there
+    p = run_harness(*SIM, f"hydra.run.dir={run}", "hydra.output_subdir=meta", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and f"{run / 'meta'}: a symlink" in p.stderr, p.stderr
+    assert list(theirs.iterdir()) == []
+
+
 def test_report_export_and_profile_outputs_never_write_through_a_link(tmp_path, capsys):
     from harness.profile import write_profile
     from harness.report.__main__ import main

@@ -204,7 +204,7 @@ class RunGuard(Callback):
 
         from harness.frontend.compose import to_config
         from harness.config import ConfigError, check_values
-        from harness.records.locks import RUN_FILES, Busy, DirLock, check_free, sweep_of, unsafe_dir, unsafe_files
+        from harness.records.locks import Busy, DirLock, check_free, run_files, sweep_of, unsafe_dir, unsafe_files
         from harness.records.record import point_key
 
         HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
@@ -243,8 +243,7 @@ class RunGuard(Callback):
             rerun_statuses(c.rerun)
         except ConfigError as e:
             _refuse(str(e))
-        log = f"{OmegaConf.select(config, 'hydra.job.name', default='app')}.log"  # Hydra's job log
-        if why := unsafe_files(out, (*RUN_FILES, log)):
+        if why := unsafe_files(out, run_files(config)):
             _refuse(f"hydra.run.dir={where}: {why}; nothing written")
         try:
             self.lock = DirLock(out).acquire()

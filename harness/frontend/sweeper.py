@@ -461,10 +461,9 @@ def job_dirs_problem(sweep_dir: Path, dirs: dict[int, Path], points: list[Sequen
     inside the sweep's directory (not the sweep's directory itself: a subdir of '' or '.', nor
     out of it: an absolute path or '..'), a real directory where one is there already (not a
     link), with no link or FIFO where the job's files go (locks.unsafe_files)."""
-    from harness.records.locks import RUN_FILES, unsafe_files
+    from harness.records.locks import run_files, unsafe_files
 
     raw = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")  # as written, for the message
-    log = f"{OmegaConf.select(config, 'hydra.job.name', default='app')}.log"
     seen: dict[str, int] = {}
     for i, d in sorted(dirs.items()):
         top, job = Path(os.path.abspath(sweep_dir)), Path(os.path.abspath(d))  # abspath: '..' folded away
@@ -479,7 +478,7 @@ def job_dirs_problem(sweep_dir: Path, dirs: dict[int, Path], points: list[Sequen
         for above in reversed(job.relative_to(top).parents[:-1]):  # the folders on the way (subdir a/b: a)
             if why := unsafe_files(top / above, (), own=True):
                 return f"hydra.sweep.subdir={raw}: {why}"
-        if why := unsafe_files(job, (*RUN_FILES, log), own=True):
+        if why := unsafe_files(job, run_files(config), own=True):
             return f"[{shown(points[i], varying)}] {why}"
     return None
 

@@ -36,10 +36,9 @@ LOCK = ".harness.lock"
 SWEEP_RECORD = "sweep.json"  # harness.frontend.sweeper's record of a sweep (the same name; sweeper imports it from here)
 # what is written into a sweep's directory (multirun.yaml by Hydra's sweeper or harness's, sweep.log by the jobs)
 SWEEP_FILES = (LOCK, "multirun.yaml", SWEEP_RECORD, "sweep.log")
-# what a run or a sweep's job writes into its directory (.hydra/ and <job name>.log by Hydra); a link or a
-# FIFO at any of them is refused before Hydra or the harness writes there
-RUN_FILES = (LOCK, "result.json", "trace.json", "gantt.png", "running.json", ".hydra/config.yaml",
-             ".hydra/hydra.yaml", ".hydra/overrides.yaml")
+# what a run or a sweep's job writes into its directory (and Hydra: run_files); a link or a FIFO at any
+# of them is refused before Hydra or the harness writes there
+RUN_FILES = (LOCK, "result.json", "trace.json", "gantt.png", "running.json")
 _HELD: dict[str, list[int]] = {}  # lock file (real path) -> [fd, times taken] by this process
 
 
@@ -179,6 +178,14 @@ def unsafe_dir(path: str | None, cwd: str | None = None) -> str | None:
     if repo is not None and d.is_relative_to(repo) and _tracked(repo, d.relative_to(repo).parts[0]):
         return f"inside the repository's source ({repo / d.relative_to(repo).parts[0]}: tracked by git)"
     return None
+
+
+def run_files(config: DictConfig) -> tuple[str, ...]:
+    """RUN_FILES, and what Hydra writes into a job's directory: its config files under
+    hydra.output_subdir (.hydra/; none when null) and the job's log (<job name>.log)."""
+    sub = OmegaConf.select(config, "hydra.output_subdir", default=".hydra")
+    hydra = () if sub is None else tuple(f"{sub}/{n}" for n in ("config.yaml", "hydra.yaml", "overrides.yaml"))
+    return (*RUN_FILES, *hydra, f"{OmegaConf.select(config, 'hydra.job.name', default='app')}.log")
 
 
 def unsafe_files(directory: str | Path, names: tuple[str, ...], own: bool = False) -> str | None:
