@@ -331,7 +331,7 @@ class Sweeper(HydraSweeper):
             kept, resumed = self._resume(points, ids, [i for i in range(len(points)) if i not in left_out], varying,
                                          sweep_dir, rerun)
             left_out |= kept
-        if why := others_records({i: d for i, d in self.job_dirs.items() if i not in left_out}, ids, points, varying):
+        if why := others_records({i: d for i, d in self.job_dirs.items() if i not in left_out}, points, varying):
             print(f"harness: error: {why}; nothing run", file=sys.stderr, flush=True)
             sys.exit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -483,26 +483,30 @@ def job_dirs_problem(sweep_dir: Path, dirs: dict[int, Path], points: list[Sequen
     return None
 
 
-def others_records(dirs: dict[int, Path], ids: list[str], points: list[Sequence[str]], varying: set[int]) -> str | None:
+def others_records(dirs: dict[int, Path], points: list[Sequence[str]], varying: set[int]) -> str | None:
     """Why the points about to run would replace another point's record, or None: a job directory
     named by its number alone (hydra.sweep.subdir=${hydra.job.num}) held a different point in an
-    earlier sweep whose values came in another order. Its record (result.json, or Hydra's
-    .hydra/overrides.yaml where the job left none) says which point it is; a record of the same
-    point is replaced, as a rerun's is. Reads only regular files (result.read, record.point_of)."""
-    from harness.records.record import RESULT, point_of
+    earlier sweep whose values came in another order. Which point a directory holds is read the
+    same way for both sides, by this code: from Hydra's .hydra/overrides.yaml there (record.point_of),
+    else from its record's provenance; a record of the same point is replaced, as a rerun's is.
+    Reads only regular files (result.read, record.point_of)."""
+    from harness.records.record import RESULT, point_key, point_of
     from harness.records.result import RecordError, read
+
+    def base(point: str) -> str:  # ' #2': a point repeated with other run control alone (record.point_ids)
+        return re.sub(r" #\d+$", "", point)
 
     clashes = []
     for i, d in sorted(dirs.items()):
         if not d.is_dir():
             continue
-        try:
-            prov = read(d / RESULT).provenance if (d / RESULT).exists() else None
-        except RecordError:
-            prov = None
-        theirs = point_of({"provenance": prov}, d)
-        # ' #2': a point repeated with other run control only (record.point_ids); .hydra/ does not say which
-        if theirs is not None and re.sub(r" #\d+$", "", theirs) != re.sub(r" #\d+$", "", ids[i]):
+        theirs = point_of({}, d)
+        if theirs is None and (d / RESULT).exists():
+            try:
+                theirs = point_of({"provenance": read(d / RESULT).provenance}, d)
+            except RecordError:
+                theirs = None
+        if theirs is not None and base(theirs) != base(point_key(list(points[i]))):
             clashes.append((i, d, theirs))
     if not clashes:
         return None
