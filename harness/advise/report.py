@@ -5,7 +5,6 @@ Pareto front: figure.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from pathlib import Path
