@@ -286,7 +286,9 @@ class Config:
     virtual_stages: int = 1  # model chunks per rank (interleaved_1f1b; zbv and dualpipev always 2)
     microbatches: int = 8  # M per step
     microbatch_size: int = 4  # B samples per microbatch
-    dp: int = 1  # data-parallel replicas of the pipeline (world = pp x dp), DDP per stage
+    dp: int = 1  # data-parallel replicas of the pipeline (world = pp x dp x tp), DDP per stage
+    tp: int = 1  # tensor-parallel ranks inside each stage (Megatron-style, torch's DTensor API; consecutive ranks, one node)
+    sequence_parallel: bool = False  # with tp > 1: norms on sequence shards, all-gather/reduce-scatter for the all-reduces
     placement: str = "pp_inner"  # where ranks land: pp_inner (a pipeline on consecutive GPUs/launcher ranks) | dp_inner (a stage's replicas consecutive)
     global_batch: int | None = None  # samples per step over all replicas; sets microbatch_size = it / (dp x M)
     checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
@@ -490,7 +492,8 @@ def check_values(c: Config) -> None:
     one_of("start_method", c.start_method, START_METHODS)
     one_of("dtype", c.dtype, DTYPE_NAMES)
     one_of("placement", c.placement, PLACEMENTS)
-    for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "max_processes", "repeats"):
+    for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "tp", "max_processes",
+                "repeats"):
         at_least(key, getattr(c, key), 1)
     at_least("warmup_steps", c.warmup_steps, 0)
     at_least("checkpoint_every", c.checkpoint_every, 0)
@@ -529,10 +532,15 @@ def _check_bounds(c: Config) -> None:
         key, value = ("warmup_steps", c.warmup_steps) if c.warmup_steps > c.steps else ("steps", c.steps)
         raise ConfigError(f"{key}={value}: warmup_steps + steps = {c.warmup_steps + c.steps:,}, more than "
                           f"{MAX_STEPS:,} (allowed: at most {MAX_STEPS:,} steps in all; result.json keeps each step)")
-    if c.pp * c.dp > MAX_WORLD:
-        key, value, other = ("dp", c.dp, c.pp) if c.dp >= c.pp else ("pp", c.pp, c.dp)
-        raise ConfigError(f"{key}={value}: pp x dp = {c.pp * c.dp:,} ranks, more than {MAX_WORLD:,} (allowed: "
-                          f"{key} <= {max(1, MAX_WORLD // other):,} here; result.json keeps each rank)")
+    if c.pp * c.dp * c.tp > MAX_WORLD:
+        sizes = {"pp": c.pp, "dp": c.dp, "tp": c.tp}
+        key = max(sizes, key=lambda k: (sizes[k], k == "dp"))  # the largest, dp on a tie as before
+        other = c.pp * c.dp * c.tp // sizes[key]
+        product = "pp x dp x tp" if c.tp > 1 else "pp x dp"
+        raise ConfigError(f"{key}={sizes[key]}: {product} = {c.pp * c.dp * c.tp:,} ranks, more than {MAX_WORLD:,} "
+                          f"(allowed: {key} <= {max(1, MAX_WORLD // other):,} here; result.json keeps each rank)")
+    if not isinstance(c.sequence_parallel, bool):
+        raise ConfigError(f"sequence_parallel={c.sequence_parallel!r}: unknown (allowed: true, false)")
     if c.global_batch is not None and c.global_batch > c.dp * c.microbatches * MAX_DIM:
         raise ConfigError(f"global_batch={c.global_batch}: sets microbatch_size = global_batch / (dp={c.dp} x "
                           f"microbatches={c.microbatches}), more than {MAX_DIM:,} (allowed: global_batch <= "

@@ -24,7 +24,7 @@ from harness.records.result import Metrics, RecordError, Result, read
 from harness.records import running
 from harness.records.wandb_log import log_wandb
 from harness.runtime.faults import maybe_fail_write, maybe_interrupt, parse_fault
-from harness.measure.execution import Execution, from_reports
+from harness.measure.execution import Execution, from_reports, tp_representatives
 from harness.runtime.launch import (RankPool, WorkerError, external_rank, run_external,
                                    run_processes)
 from harness.runtime.registry import entry_point, get_executor
@@ -40,9 +40,10 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
     executor = get_executor(plan.config.executor)
     if executor.run is not None:
         return entry_point(executor.run)(plan, pids)
+    tp = plan.config.tp
     if external_rank() is not None:
         reports = run_external(plan, executor.runner)
-        return None if reports is None else from_reports(reports)
+        return None if reports is None else from_reports(tp_representatives(reports, tp))
 
     def started(workers: list[int]) -> None:
         if out_dir is not None:
@@ -50,7 +51,7 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
             # behind) from a live one (harness/records/running.py)
             write_json_atomic(out_dir / RUNNING, running.stamp(workers))
 
-    return from_reports(run_processes(plan, executor.runner, pids, started, later, pool))
+    return from_reports(tp_representatives(run_processes(plan, executor.runner, pids, started, later, pool), tp))
 
 
 def measure(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:

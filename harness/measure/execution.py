@@ -113,6 +113,20 @@ def clock_offsets(reports: list[RankReport]) -> tuple[list[int], list[int]] | No
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+def tp_representatives(reports: list[RankReport], tp: int) -> list[RankReport]:
+    """tp > 1: the reports of each TP group's rank 0, renumbered as the pipeline-level rank
+    (replica * pp + pipeline rank: global rank // tp), so the metrics and records read a
+    world of pp x dp ranks as at tp=1. A TP group's ranks run the same actions on the same
+    batch and report the same loss; its rank 0 stands for the group (its memory is one
+    rank's: the local shards). tp=1: the reports as they are."""
+    if tp == 1:
+        return reports
+    kept = [r for r in reports if r.rank % tp == 0]
+    for r in kept:
+        r.rank //= tp
+    return kept
+
+
 def from_reports(reports: list[RankReport]) -> Execution:
     """Every rank's ns timestamps, its clock's offset added, onto rank 0's clock: one timeline
     starting at 0; each replica's last stage reports its shard's loss, the global batch's is

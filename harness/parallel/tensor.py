@@ -36,7 +36,8 @@ whole input; row-parallel: the whole output gradient and the rank's input column
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -154,3 +155,22 @@ def local_numel(module: nn.Module) -> int:
 
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())
 
+
+
+def local(t: Any) -> Any:
+    """A DTensor's local shard (the same storage, outside autograd), anything else as it is.
+    Imports nothing: a DTensor exists only once torch.distributed.tensor was imported, and at
+    tp=1 the rank loop need not pay for that import."""
+    api = sys.modules.get("torch.distributed.tensor")
+    if api is not None and isinstance(t, api.DTensor):
+        with torch.no_grad():
+            return t.to_local()
+    return t
+
+
+def local_grads(params: list[torch.Tensor], shards: list[torch.Tensor]) -> None:
+    """Each shard's .grad = its DTensor parameter's local gradient (sync_gradients ran: the
+    parameter's placement, so the shard's shape), for an optimizer over the local shards."""
+    for p, s in zip(params, shards):
+        if s is not p:
+            s.grad = None if p.grad is None else local(p.grad)

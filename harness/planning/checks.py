@@ -17,6 +17,8 @@ from harness.planning.memory_theory import layer_memory
 from harness.model import MODELS
 from harness.model.built import BuiltModel, built_model
 from harness.model.profile_data import ProfileError, load_profile
+from harness.parallel import check_tp
+from harness.parallel.tensor import refusal as tensor_refusal
 from harness.runtime.precision import Precision
 from harness.runtime.faults import parse_fault
 from harness.runtime.registry import EXECUTORS, Executor, entry_point
@@ -35,8 +37,10 @@ def validate(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     built model (`model`, when the caller built it already, else built here once). The checks
     of one machine's share (processes, memory) count `ranks_here` ranks on it (default: as
     torchrun says, LOCAL_WORLD_SIZE, else the whole world, forked here)."""
-    here = min(c.pp * c.dp, ranks_here or ranks_on_host(c.pp * c.dp))
+    world = c.pp * c.dp * c.tp
+    here = min(world, ranks_here or ranks_on_host(world))
     check_values(c)
+    check_tp(c.model, c.tp, c.sequence_parallel)  # pure: what tp cannot split, one line
     one_of("schedule", c.schedule.name, tuple(SCHEDULES))
     one_of("model", c.model.name, tuple(MODELS))
     one_of("executor", c.executor, tuple(EXECUTORS))
@@ -58,6 +62,8 @@ def validate(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     _check_run(c, executor)
     if model is None:
         model = built_model(c.model)
+    if (line := tensor_refusal(model.model, c.model.name, c.tp)) is not None:  # a custom model without a plan
+        raise ConfigError(line)
     if schedule.build is not None:  # a CSV schedule's stages are known once the plan reads it
         check_stages(c, c.pp * chunks_per_rank(c.schedule.name, c.virtual_stages), model.num_layers)
     if not executor.simulated:  # a simulated executor allocates nothing
@@ -122,8 +128,16 @@ def _check_executor(c: Config, executor: Executor, cuda_devices: int, here: int)
         raise ConfigError(f"executor={c.executor}: {problem}")
     if executor.check is not None and (problem := entry_point(executor.check)(c)):
         raise ConfigError(problem)
+    if c.tp > 1 and not executor.tp:
+        able = ", ".join(n for n, e in EXECUTORS.items() if e.tp)
+        raise ConfigError(f"tp={c.tp}: executor={c.executor} {executor.no_tp or 'runs no tensor parallelism'} "
+                          f"(allowed: tp=1, or executor={able})")
+    if c.tp > 1 and c.memory_budget_gib is not None:
+        raise ConfigError(f"memory_budget_gib={c.memory_budget_gib}: the memory theory does not model tp > 1 yet "
+                          f"(tp={c.tp}; allowed: memory_budget_gib=null with tp > 1)")
     if here > c.max_processes and not executor.simulated:  # a simulated executor starts no process
-        raise ConfigError(f"pp={c.pp} x dp={c.dp}: {here} processes on this machine, more than "
+        sizes = f"pp={c.pp} x dp={c.dp}" + (f" x tp={c.tp}" if c.tp > 1 else "")
+        raise ConfigError(f"{sizes}: {here} processes on this machine, more than "
                           f"max_processes={c.max_processes}")
     if c.device == "cuda" and cuda_devices == 0 and not executor.simulated:  # sim models a GPU run, runs none
         raise ConfigError("device=cuda: no CUDA device here (use device=cpu or device=auto)")
@@ -163,8 +177,8 @@ def _check_faults(c: Config, executor: Executor) -> None:
         raise ConfigError(f"fault={c.fault}: executor={c.executor} starts no worker, so there is no launch to "
                           f"interrupt (allowed with executor={c.executor}: term@start, term@plan, term@records, "
                           "term@end)")
-    if fault and fault.rank is not None and not (fault.rank < c.pp * c.dp and fault.step < c.warmup_steps + c.steps):
-        raise ConfigError(f"fault={c.fault}: rank or step outside this run ({c.pp * c.dp} ranks, "
+    if fault and fault.rank is not None and not (fault.rank < c.pp * c.dp * c.tp and fault.step < c.warmup_steps + c.steps):
+        raise ConfigError(f"fault={c.fault}: rank or step outside this run ({c.pp * c.dp * c.tp} ranks, "
                           f"{c.warmup_steps + c.steps} steps)")
     if fault and fault.kind not in executor.faults:
         raise ConfigError(f"fault={c.fault}: executor={c.executor} honours "

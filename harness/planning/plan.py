@@ -77,7 +77,7 @@ class Plan:
 
     @property
     def world(self) -> int:
-        return self.config.pp * self.config.dp
+        return self.config.pp * self.config.dp * self.config.tp
 
     @property
     def simulated(self) -> bool:
@@ -256,7 +256,8 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     if c.global_batch is not None:  # fixed global batch: the microbatch follows dp and M
         c = replace(c, microbatch_size=planned_microbatch_size(c))
     executor = EXECUTORS[c.executor]
-    device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= c.pp * c.dp else "cpu")
+    world = c.pp * c.dp * c.tp
+    device = c.device if c.device != "auto" else ("cuda" if cuda_devices >= world else "cpu")
     entry = spec(c.schedule.name)
     # made from costs: its order comes once the costs below are priced, on the stages its placement says
     art = None if entry.needs == COSTS else load_schedule(c)
@@ -277,8 +278,8 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     schedule = art.schedule
     # NCCL needs a GPU per rank (it refuses two ranks on one device); ranks sharing GPUs
     # exchange through host memory over gloo
-    backend = "nccl" if device == "cuda" and cuda_devices >= c.pp * c.dp else "gloo"
-    cores, on_host = host_cores(), ranks_on_host(c.pp * c.dp)
+    backend = "nccl" if device == "cuda" and cuda_devices >= world else "gloo"
+    cores, on_host = host_cores(), ranks_on_host(world)
     # busy ranks outnumber what they run on: real timings would measure the contention
     crowded = (on_host > cores) if device == "cpu" else backend == "gloo"
     if executor.simulated:  # no process: its timings are the modeled costs
@@ -291,8 +292,12 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
                          f"{f'{cores} cores' if device == 'cpu' else f'{cuda_devices} GPUs'} (compute=real times the "
                          "contention)")
     if device == "cuda" and backend == "gloo" and not executor.transport and not executor.simulated:
-        raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({c.pp * c.dp} ranks, "
+        raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({world} ranks, "
                           f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
+    if c.tp > 1:
+        notes.append(f"tp={c.tp}: the simulated step and bubble, the sim prices and the memory theory do not model "
+                     "tensor parallelism yet (no TP collectives, no split compute or memory): they are tp=1's, and "
+                     "the record keeps no theory per rank; the measured figures are tp rank 0's of each TP group")
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
     if executor.transport:
         check_transport(c, schedule, transport, backend)

@@ -17,9 +17,11 @@ from harness.records.atomic import write_atomic
 from harness.measure.trace import COMPUTE, Trace, events_of_step
 
 COLORS = {"F": "#4c72b0", "B": "#55a868", "I": "#64b5cd", "W": "#8172b2", "R": "#dd8452", "optim": "#555555",
-          "recv": "#dddddd", "dp_sync": "#c44e52"}
+          "recv": "#dddddd", "dp_sync": "#c44e52",
+          "tp_sync": "#937860"}
 LABELS = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weight)", "R": "recompute",
-          "recv": "waiting in recv", "dp_sync": "gradient all-reduce", "optim": "optimizer"}
+          "recv": "waiting in recv", "dp_sync": "gradient all-reduce",
+          "tp_sync": "TP gradient sync", "optim": "optimizer"}
 DPI = 110
 FONT_PT = 6  # microbatch numbers
 # At most this many microbatch numbers are drawn (those on bars wide enough to hold them);

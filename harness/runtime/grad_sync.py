@@ -25,6 +25,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from harness.parallel.tensor import local
 from harness.runtime import compat
 from harness.runtime.emulate import Emulator
 from harness.runtime.tracer import Tracer
@@ -71,7 +72,7 @@ class GradSync:
         """Average the gradients of `params` over the group (every replica holds the same set:
         they run the same schedule), traced as dp_sync."""
         t0 = self.tracer.mark()
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [local(p.grad) for p in params if p.grad is not None]  # tp > 1: each rank's shards
         world = dist.get_world_size(self.group)
         groups = buckets(grads)
         flat = [_flatten_dense_tensors(b) for b in groups]

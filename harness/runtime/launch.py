@@ -252,11 +252,14 @@ def run_external(plan: Plan, runner: str) -> list[RankReport] | None:
     rank, world = external_rank()
     if world != plan.world:
         who = external_launcher()
-        how = {"torchrun": f"launch pp x dp processes, e.g. --nproc-per-node {plan.world}",
-               "submitit": "hydra.launcher.ranks_as_tasks=true gives each point its pp x dp tasks"}
-        raise ConfigError(f"WORLD_SIZE={world} from {who}, but pp={plan.config.pp} x dp={plan.config.dp} = "
-                          f"{plan.world} ({how.get(who, 'launch pp x dp processes')})")
-    rank = Layout(plan.config.pp, plan.config.dp).rank_of_slot(rank, plan.config.placement)  # the launcher's RANK is a slot
+        c = plan.config
+        what = "pp x dp x tp" if c.tp > 1 else "pp x dp"
+        how = {"torchrun": f"launch {what} processes, e.g. --nproc-per-node {plan.world}",
+               "submitit": f"hydra.launcher.ranks_as_tasks=true gives each point its {what} tasks"}
+        raise ConfigError(f"WORLD_SIZE={world} from {who}, but pp={c.pp} x dp={c.dp}"
+                          + (f" x tp={c.tp}" if c.tp > 1 else "")
+                          + f" = {plan.world} ({how.get(who, f'launch {what} processes')})")
+    rank = Layout(plan.config.pp, plan.config.dp, plan.config.tp).rank_of_slot(rank, plan.config.placement)  # a slot
     try:
         try:
             payload: RankReport | str = run_rank(rank, plan, "env://", runner)

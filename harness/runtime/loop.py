@@ -23,6 +23,8 @@ import torch
 import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); the forkserver pays once
 import torch.distributed as dist
 
+from harness.parallel.mesh import Grid, device_mesh
+from harness.parallel.tensor import local, local_grads
 from harness.runtime.optimizer import Optimizer
 from harness.planning.plan import Plan
 from harness.runtime.precision import Precision
@@ -45,6 +47,7 @@ class RankContext:
     tracer: Tracer
     layout: Layout
     dp_group: Any = None  # this rank's data-parallel group (dp > 1), made before the runner
+    tp_mesh: Any = None  # this rank's tensor-parallel DeviceMesh (1-D, "tp"; tp > 1), made before the runner
 
 
 @dataclass
@@ -95,7 +98,7 @@ def join_world(rank: int, plan: Plan, rendezvous: str | dist.Store) -> torch.dev
     torch.set_num_threads(1)  # several ranks share the cores; more threads slowed matmuls 10x
     if plan.device == "cuda":
         # this node's GPU for this rank: LOCAL_RANK under an external launcher, else its slot
-        slot = Layout(plan.config.pp, plan.config.dp).slot(rank, plan.config.placement)
+        slot = Layout(plan.config.pp, plan.config.dp, plan.config.tp).slot(rank, plan.config.placement)
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", slot)) % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
@@ -108,8 +111,8 @@ def join_world(rank: int, plan: Plan, rendezvous: str | dist.Store) -> torch.dev
 
 
 def storage_bytes(tensors: Any) -> int:
-    """Bytes of the tensors' storages, each storage once."""
-    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
+    """Bytes of the tensors' storages, each storage once; a DTensor's (tp > 1) local shard."""
+    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in map(local, tensors)
             if isinstance(t, torch.Tensor) and t.numel()}
     return sum(seen.values())
 
@@ -123,11 +126,14 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     device = join_world(rank, plan, rendezvous)
     c = plan.config
     tracer = Tracer(clock_for(device, skew_ns(c.clock_skew_s, rank)))
-    layout = Layout(c.pp, c.dp)
+    layout = Layout(c.pp, c.dp, c.tp)
     dp_group = layout.dp_group(rank)  # collective: before the runner's own groups, on every rank
-    runner: Runner = load_runner(runner_path)(RankContext(rank, plan, device, tracer, layout, dp_group))
-    params = runner.parameters()
-    optimizer = Optimizer(params, c.lr, c.optimizer, Precision(c.dtype), dp_group if c.zero else None)
+    # tp > 1: the (pp, dp, tp) DeviceMesh, collective too, next in every rank's order of group creations
+    tp_mesh = device_mesh(Grid(c.pp, c.dp, c.tp), device.type)["tp"] if c.tp > 1 else None
+    runner: Runner = load_runner(runner_path)(RankContext(rank, plan, device, tracer, layout, dp_group, tp_mesh))
+    params = runner.parameters()  # tp > 1: DTensors, the optimizer steps their local shards (same storage)
+    shards = [local(p) for p in params]
+    optimizer = Optimizer(shards, c.lr, c.optimizer, Precision(c.dtype), dp_group if c.zero else None)
     fault = parse_fault(c.fault)
     report = RankReport(rank, [], [])
     memory: list[tuple[int, int, int]] = []
@@ -157,8 +163,13 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
             grads = storage_bytes(p.grad for p in params)
             state = optimizer.state_bytes()  # what the step held from the step before
             t0 = tracer.mark()
+            if c.tp > 1:
+                local_grads(params, shards)
             optimizer.step()
             optimizer.zero_grad()
+            if c.tp > 1:
+                for p in params:
+                    p.grad = None
             tracer.record("optim", COMPUTE, "optim", -1, -1, t0)
             tracer.finish_step()
             report.events += tracer.take()

@@ -19,6 +19,8 @@ from typing import Hashable
 
 import torch
 
+from harness.parallel.tensor import local
+
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
@@ -26,7 +28,7 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
 
 class MemoryMeter:
     def __init__(self, params: list[torch.Tensor]):
-        self.param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self.param_storages = {local(p).untyped_storage().data_ptr() for p in params}  # tp > 1: the shards
         self.held: dict[Hashable, dict[int, int]] = {}  # key -> {storage ptr: bytes}
         self.live = 0
         self.peak = 0
@@ -50,6 +52,7 @@ class MemoryMeter:
         """Count `t`'s storage under `key` (once), live from `at` (ns; default now)."""
         if t is None or not isinstance(t, torch.Tensor):
             return
+        t = local(t)  # tp > 1: what autograd saved of a DTensor is its local shard
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
         held = self.held.setdefault(key, {})

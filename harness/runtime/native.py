@@ -20,6 +20,7 @@ from torch import nn
 
 from harness.model.checkpoint import CheckpointedStage
 from harness.model.split_linear import WeightGradStore, attach_store
+from harness.parallel.tensor import activation_shape, full_gradients, parallelize_stage, sync_gradients
 from harness.runtime.emulate import Emulator
 from harness.runtime.grad_sync import GradSync
 from harness.planning.memory_theory import stage_activations
@@ -36,6 +37,7 @@ class NativeRunner:
         plan, c, device = ctx.plan, ctx.plan.config, ctx.device
         self.plan, self.device, self.tracer = plan, device, ctx.tracer
         self.prank, self.replica = ctx.layout.pipeline_rank(ctx.rank), ctx.layout.replica(ctx.rank)
+        self.tp = c.tp  # tp > 1: every stage split over the rank's TP group (ctx.tp_mesh), same batch on each
         self.model = plan.model.model
         self.actions: list[Action] = plan.schedule[self.prank]
         self.last_stage = len(plan.stage_layers) - 1
@@ -46,6 +48,8 @@ class NativeRunner:
         for s, r in plan.stage_rank.items():
             if r == self.prank:
                 self.layers[s] = plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
+                # the model's TP plan, before the store, checkpointing, the sync and the meter see the layers
+                parallelize_stage(self.layers[s], self.model, ctx.tp_mesh, c.sequence_parallel, plan.stage_layers[s][0])
                 attach_store(self.layers[s], self.store)
         self.meter = MemoryMeter(self.parameters())
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
@@ -56,15 +60,21 @@ class NativeRunner:
         # process groups: every rank creates every group, in one order (new_group is collective)
         dp_group = ctx.dp_group
         groups = edge_groups(plan.schedule, c.pp, c.dp, ctx.rank,
-                             device if plan.backend == "nccl" else torch.device("cpu")) if plan.p2p == "safe" else {}
+                             device if plan.backend == "nccl" else torch.device("cpu"), c.tp) if plan.p2p == "safe" else {}
         net = GroupTransport(plan.p2p, self.replica, c.pp, plan.stage_rank, groups,
-                             self.model.activation_shape(c.microbatch_size), self.precision.dtype, device, self.tracer,
-                             c.p2p_single_tag, plan.backend)
+                             activation_shape(self.model, c.microbatch_size, c.tp, c.sequence_parallel),
+                             self.precision.dtype, device, self.tracer, c.p2p_single_tag, plan.backend, c.tp,
+                             ctx.layout.tp_rank(ctx.rank))
         self.transport = Routes(plan.stage_rank, self.prank, net)
         self.sync = GradSync(dp_group, device, self.emulator, self.tracer) if c.dp > 1 else None
         # stages with W: their weight gradients come after the backward, out of DDP's sight: they
-        # all-reduce explicitly after their last gradient; the others are wrapped in DDP
-        self.explicit = {a.stage for a in self.actions if a.kind is Kind.W} if self.sync else set()
+        # all-reduce explicitly after their last gradient; the others are wrapped in DDP. tp > 1:
+        # every stage finishes explicitly (its TP gradient sync, then the dp all-reduce of its
+        # local shards: DDP does not take DTensor parameters)
+        if c.tp > 1:
+            self.explicit = set(self.layers)
+        else:
+            self.explicit = {a.stage for a in self.actions if a.kind is Kind.W} if self.sync else set()
         if self.sync:
             self.modules = {s: m if s in self.explicit else self.sync.wrap(m) for s, m in self.modules.items()}
         # (stage, mb) whose backward is an I: only their forwards record the deferrable graph
@@ -83,7 +93,16 @@ class NativeRunner:
         return [p for m in self.layers.values() for p in m.parameters()]
 
     def gradients(self) -> dict[str, torch.Tensor]:
-        return named_gradients(self.plan, self.layers)
+        """tp > 1: whole, in the unsplit layout (collective over the TP group: every TP rank asks)."""
+        if self.tp == 1:
+            return named_gradients(self.plan, self.layers)
+        out = {}
+        for s, layers in self.layers.items():
+            first = self.plan.stage_layers[s][0]
+            for name, g in full_gradients(layers).items():
+                index, rest = name.split(".", 1)
+                out[f"{first + int(index)}.{rest}"] = g.cpu().clone()
+        return out
 
     def step_memory(self) -> StepMemory:
         return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes),
@@ -154,8 +173,8 @@ class NativeRunner:
         self.tracer.record(str(a), COMPUTE, a.kind.value, s, mb, t0, launched)
         if launched is not None:
             self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, launched)
-        if last and s in self.explicit:  # a B ends this W-stage's gradients: sync before sending on
-            self._all_reduce(s)
+        if last and s in self.explicit:  # a B ends this stage's gradients: sync before sending on
+            self._finish(s)
         self.meter.release(key)
         for held in self.store.holding(key):  # what the deferred W still needs
             self.meter.keep(key, held)
@@ -171,12 +190,19 @@ class NativeRunner:
         self.meter.release((a.stage, a.microbatch))
         self._grads_now()
         if index == self.last_grad[a.stage] and a.stage in self.explicit:
-            self._all_reduce(a.stage)
+            self._finish(a.stage)
 
-    def _all_reduce(self, s: int) -> None:
-        assert self.sync is not None
-        self.sync.all_reduce(list(self.layers[s].parameters()))
-        self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, self.sync.launched)
+    def _finish(self, s: int) -> None:
+        """Stage s's gradients are all in: tp > 1, each brought to its parameter's placement
+        (the TP all-reduce of the replicated ones that hold parts: norms under sequence
+        parallelism, replicated KV heads); dp > 1, the shards averaged over the replicas."""
+        if self.tp > 1:
+            t0 = self.tracer.mark()
+            sync_gradients(self.layers[s])
+            self.tracer.record(f"tp_sync {s}", COMM, "tp_sync", s, -1, t0)
+        if self.sync is not None:
+            self.sync.all_reduce(list(self.layers[s].parameters()))
+            self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, self.sync.launched)
 
     def _batch(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """This replica's shard of the step's global batch, one tensor per microbatch, as a

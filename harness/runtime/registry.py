@@ -33,6 +33,8 @@ class Executor:
     # whether a config makes it reach into torch internals (harness/runtime/compat.py guards the version)
     private_torch: Callable[[Any], bool] = lambda c: False
     check: str | None = None  # "module:function": any further constraint on a Config, as one line or None
+    tp: bool = False  # runs tp > 1 (tensor parallelism inside each stage, harness/parallel)
+    no_tp: str | None = None  # why not, for its one-line refusal
 
 
 def entry_point(path: str) -> Any:
@@ -51,12 +53,16 @@ def register(executor: Executor) -> Executor:
 
 register(Executor("native", "real worker processes, this harness's runner, P2P over torch.distributed",
                   runner="harness.runtime.native:NativeRunner", dp=True, memory=True, transport=True,
-                  faults=("raise", "kill", "hang", "noaccum", "term", "enospc"), private_torch=lambda c: c.dp > 1))
+                  faults=("raise", "kill", "hang", "noaccum", "term", "enospc"), tp=True,
+                  private_torch=lambda c: c.dp > 1 or c.tp > 1))
 register(Executor("pytorch", "the same plan through torch.distributed.pipelining's schedule classes",
                   runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True,
-                  check="harness.runtime.peer_check:check"))  # imports torch.distributed.pipelining: only when asked
+                  check="harness.runtime.peer_check:check",
+                  no_tp="does not run tensor parallelism yet (its PipelineStage would need the TP-parallelized module's "
+                        "DTensor parameters and sequence-sharded messages wired in)"))  # imports torch.distributed.pipelining: only when asked
 register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.* or cluster=); no processes",
-                  run="harness.runtime.sim:run_sim", dp=True, faults=("term", "enospc"), simulated=True))
+                  run="harness.runtime.sim:run_sim", dp=True, faults=("term", "enospc"), simulated=True,
+                  no_tp="does not model tensor parallelism yet (its prices have no TP collectives or split compute)"))
 
 
 def get_executor(name: str) -> Executor:

@@ -64,8 +64,9 @@ class GroupTransport:
 
     def __init__(self, transport: str, replica: int, pp: int, owner: dict[int, int], groups: dict,
                  shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, tracer: Tracer,
-                 single_tag: bool = False, backend: str = "gloo"):
+                 single_tag: bool = False, backend: str = "gloo", tp: int = 1, tp_rank: int = 0):
         self.transport, self.replica, self.pp, self.owner = transport, replica, pp, owner
+        self.tp, self.tp_rank = tp, tp_rank  # a message goes to the same tp rank of the peer stage
         self.groups, self.shape, self.dtype, self.device = groups, shape, dtype, device
         self.tracer, self.single_tag = tracer, single_tag
         self.stages = max(owner) + 1
@@ -74,7 +75,7 @@ class GroupTransport:
 
     def _route(self, msg: Message, peer_stage: int) -> tuple[dist.ProcessGroup | None, int, int]:
         key = p2p.channel(self.transport, self.replica, msg.from_stage, msg.to_stage, self.owner, self.pp)
-        return (self.groups.get(key), self.replica * self.pp + self.owner[peer_stage],
+        return (self.groups.get(key), (self.replica * self.pp + self.owner[peer_stage]) * self.tp + self.tp_rank,
                 p2p.tag(msg.from_stage, msg.to_stage, msg.microbatch, self.stages, self.single_tag))
 
     def send(self, msg: Message, tensor: torch.Tensor, producer: Action) -> None:
@@ -121,8 +122,9 @@ class Routes:
         self.net.drain()
 
 
-def edge_groups(schedule: dict, pp: int, dp: int, rank: int, device: torch.device) -> dict:
-    """p2p=safe: one process group per directed stage edge, in p2p.channels' order (new_group
+def edge_groups(schedule: dict, pp: int, dp: int, rank: int, device: torch.device, tp: int = 1) -> dict:
+    """p2p=safe: one process group per directed stage edge (and tp rank: each tp rank of a
+    stage talks to the same tp rank of the next), in p2p.channels' order (new_group
     is collective: every rank creates every group), then one small exchange on each edge in
     that same order, so every communicator exists before the schedule's first message (NCCL
     creates a pair's communicator on first use, blocking both ends: a rendezvous the
@@ -132,14 +134,16 @@ def edge_groups(schedule: dict, pp: int, dp: int, rank: int, device: torch.devic
     edges = [(key, members) for key, members in p2p.channels(schedule, "safe", pp, dp) if key[0] == "edge"]
     mine = {}
     for key, members in edges:
-        group = dist.new_group(list(members))
-        if rank in members:
-            mine[key] = group
+        for t in range(tp):  # members are pipeline-level ranks (replica * pp + pipeline rank)
+            group = dist.new_group([m * tp + t for m in members])
+            if rank in (m * tp + t for m in members):
+                mine[key] = group
     ping = torch.zeros(1, device=device)
+    t = rank % tp
     for key, _ in edges:
         if key in mine:
             _, replica, frm, to = key
-            src, dst = replica * pp + owner[frm], replica * pp + owner[to]
+            src, dst = (replica * pp + owner[frm]) * tp + t, (replica * pp + owner[to]) * tp + t
             if rank == src:
                 dist.send(ping, dst=dst, group=mine[key])
             else:
