@@ -68,7 +68,8 @@ def gantt_title(plan: Plan, metrics: Metrics, step: int) -> str:
     c, b = plan.config, metrics.bubble
     where = f"  {plan.device}/{plan.backend} p2p={plan.p2p}" if get_executor(c.executor).transport else ""
     theory = "n/a" if b.theory is None else f"{b.theory:.3f}"
-    return (f"{c.schedule.name}  pp={c.pp}  dp={c.dp}  M={c.microbatches}  B={c.microbatch_size}  "
+    tensor = f"  tp={c.tp}" + (" sequence_parallel" if c.sequence_parallel else "") if c.tp > 1 else ""
+    return (f"{c.schedule.name}  pp={c.pp}  dp={c.dp}{tensor}  M={c.microbatches}  B={c.microbatch_size}  "
             f"compute={c.compute}  executor={c.executor}{where}  partition={c.partition.name}  step {step}\n"
             f"bubble measured {b.measured:.3f}   theory {theory}   simulated {b.simulated:.3f}"
             + ("" if b.steady_measured is None else f"   with steps overlapped {b.steady_measured:.3f}"))

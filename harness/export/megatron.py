@@ -29,7 +29,12 @@ def render(p: Point) -> Script:
     s.facts.append(launch_fact(p.launch, p.world))
     cmd: list[list[Word]] = [torchrun(p.launch),
                              [Raw('"${MEGATRON:?set MEGATRON to your Megatron-LM checkout}/pretrain_gpt.py"')],
-                             ["--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", str(p.pp)]]
+                             ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]]
+    if p.sequence_parallel:
+        cmd.append(["--sequence-parallel"])
+    if p.tp > 1:
+        s.facts.append(f"tensor parallel: tp={p.tp} = --tensor-model-parallel-size {p.tp}, sequence_parallel="
+                       f"{str(p.sequence_parallel).lower()}" + (" = --sequence-parallel" if p.sequence_parallel else ""))
     if p.pp > 1:
         chunks = _schedule(p, s)
         cmd += _layers(p, chunks, s)
@@ -37,7 +42,7 @@ def render(p: Point) -> Script:
             cmd += _interleaving(p, s)
     cmd += _model(p, s)
     cmd.append(["--micro-batch-size", str(p.microbatch_size), "--global-batch-size", str(p.global_batch)])
-    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / (1 x {p.pp}) "
+    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / ({p.tp} x {p.pp}) "
                    f"= {p.dp}, microbatches = global / (micro x dp) = {p.global_batch} / ({p.microbatch_size} x "
                    f"{p.dp}) = {p.microbatches}")
     cmd += _recompute(p, s)

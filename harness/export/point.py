@@ -61,6 +61,8 @@ class Point:
     stage_rank: tuple[int, ...]  # the pipeline rank of each stage
     recorded_schedule: Schedule | None  # the actions a run ran (or an advice point's made order); None: its counts'
     launch: Launch
+    tp: int = 1  # tensor-parallel ranks inside each stage
+    sequence_parallel: bool = False
 
     @property
     def stages(self) -> int:
@@ -68,7 +70,7 @@ class Point:
 
     @property
     def world(self) -> int:
-        return self.pp * self.dp
+        return self.pp * self.dp * self.tp
 
     @property
     def local_batch(self) -> int:
@@ -154,7 +156,7 @@ def from_run(result_path: Path) -> Point:
     _checked(result.config, layers)
     recorded = plan.schedule_actions() if plan.schedule is not None else None
     return _point(f"run {result_path.parent} (status {result.status})", result.config, layers, ranks, recorded,
-                  _launch(result.config.get("cluster"), result.config["pp"] * result.config["dp"]))
+                  _launch(result.config.get("cluster"), _world(result.config)))
 
 
 # -- an advice point -----------------------------------------------------------------------------
@@ -185,7 +187,7 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Point:
                           f"as harness.advise writes them: {type(e).__name__} {e})") from None
     ranks = entry.owner(len(layers), config["pp"])
     label = f"{path}#{rank}: {point.get('label', '')}".rstrip(": ")
-    return _point(label, config, layers, ranks, made, _launch(data.get("cluster"), config["pp"] * config["dp"]))
+    return _point(label, config, layers, ranks, made, _launch(data.get("cluster"), _world(config)))
 
 
 def _planned(c: Config) -> Schedule:
@@ -208,6 +210,10 @@ def _hydra(value: Any) -> str:
 
 
 # -- both ----------------------------------------------------------------------------------------
+def _world(c: dict[str, Any]) -> int:
+    return c["pp"] * c["dp"] * int(c.get("tp") or 1)  # a record from before tp has none
+
+
 def _launch(cluster: dict | None, world: int) -> Launch:
     if not cluster:
         return Launch(1, world, None)
@@ -259,4 +265,5 @@ def _point(source: str, c: dict[str, Any], layers: tuple[int, ...], ranks: tuple
                  zero=int(c.get("zero") or 0), placement=c.get("placement", "pp_inner"),
                  dtype=c.get("dtype", "fp32"), optimizer=c["optimizer"]["name"], lr=float(c.get("lr", 0.01)),
                  steps=int(c.get("steps", 5)), model=dict(c["model"]), layers_per_stage=layers,
-                 stage_rank=ranks, recorded_schedule=recorded, launch=launch)
+                 stage_rank=ranks, recorded_schedule=recorded, launch=launch, tp=int(c.get("tp") or 1),
+                 sequence_parallel=bool(c.get("sequence_parallel", False)))

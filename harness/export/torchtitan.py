@@ -73,7 +73,12 @@ def render(p: Point, csv_path: str) -> Export:
         cmd.append(["--parallelism.pipeline_parallel_degree", "1"])
         s.facts.append("pipeline: pp=1, no pipeline")
     cmd += _data_parallel(p, s)
-    cmd.append(["--parallelism.tensor_parallel_degree", "1", "--parallelism.context_parallel_degree", "1"])
+    cmd.append(["--parallelism.tensor_parallel_degree", str(p.tp), "--parallelism.context_parallel_degree", "1"])
+    if p.tp > 1:
+        s.facts.append(f"tensor parallel: tp={p.tp} = tensor_parallel_degree {p.tp}")
+        if not p.sequence_parallel:
+            s.notes.append("sequence_parallel=false: torchtitan's llama TP plan always shards the norms by sequence "
+                           "(sequence parallelism on with TP; it has no switch), so it runs sequence_parallel=true")
     cmd.append(["--training.local_batch_size", str(p.local_batch), "--training.global_batch_size",
                 str(p.global_batch)])
     s.facts.append(f"batch: local_batch_size = M x B = {p.microbatches} x {p.microbatch_size} per replica, "

@@ -256,7 +256,9 @@ class Result:
         simulated = self.simulated
         mode = (f"simulated: executor={c['executor']}" if simulated else
                 c["compute"] if c["executor"] == "native" else f"{c['compute']}, executor={c['executor']}")
-        what = f"{c['schedule']['name']} pp={c['pp']} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
+        tp = c.get("tp") or 1  # a record from before tp has none
+        tensor = f" tp={tp}" + (" sequence_parallel" if c.get("sequence_parallel") else "") if tp > 1 else ""
+        what = f"{c['schedule']['name']} pp={c['pp']}{tensor} M={c['microbatches']} B={c['microbatch_size']} ({mode})"
         if self.status == "skipped":
             return f"{what}: skipped: {self.error}"
         if self.status not in ("ok", "diverged") or m is None:

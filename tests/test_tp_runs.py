@@ -1,0 +1,114 @@
+"""tp= wired into a run (issue 36): the layout of pp x dp x tp ranks, what a tp run refuses
+before any worker, the exports' TP flags, and (dist) whole runs at tp=2 on executor=native
+whose losses and gradients equal the single-process full batch (verify_grads): the zero-bubble
+I/W split with sequence parallelism, and pp=2 x dp=2 x tp=2 (8 processes, emulated compute).
+
+The layer-level equality of tp=2 with tp=1 (every model, style and backward) is
+tests/test_tensor_parallel.py's; here the runner, the groups and the records around it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError
+from harness.job import run_job
+from harness.measure.reference import reference_losses
+from harness.planning.plan import make_plan
+from harness.runtime.groups import Layout
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT = {"model.name": "gpt", "model.layers": 2, "model.hidden": 32, "model.heads": 4, "model.seq": 8,
+       "model.vocab": 64}
+
+
+# -- the layout: pure ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("placement", ["pp_inner", "dp_inner"])
+def test_layout_puts_a_tp_group_on_consecutive_slots_and_keeps_tp1_numbering(placement):
+    layout = Layout(pp=2, dp=3, tp=2)
+    slots = [layout.slot(r, placement) for r in range(12)]
+    assert sorted(slots) == list(range(12))
+    assert all(layout.rank_of_slot(layout.slot(r, placement), placement) == r for r in range(12))
+    for r in range(0, 12, 2):  # a TP group: one stage and replica, consecutive slots
+        assert (layout.pipeline_rank(r), layout.replica(r)) == (layout.pipeline_rank(r + 1), layout.replica(r + 1))
+        assert slots[r + 1] == slots[r] + 1
+    assert (layout.replica(11), layout.pipeline_rank(11), layout.tp_rank(11)) == (2, 1, 1)
+    assert layout.global_rank(2, 1, 1) == 11
+    flat = Layout(pp=2, dp=3)  # tp=1: as before tensor parallelism
+    before = [r if placement == "pp_inner" else r % 2 * 3 + r // 2 for r in range(6)]  # pipeline rank * dp + replica
+    assert [flat.slot(r, placement) for r in range(6)] == before
+
+
+# -- refused before any worker: one line ----------------------------------------------------------
+
+@pytest.mark.parametrize("keys, line", [
+    ({**GPT, "tp": 3}, "model.heads=4: tp=3 must divide it"),
+    ({**GPT, "tp": 2, "model.seq": 7, "sequence_parallel": True}, "model.seq=7: tp=2 must divide it"),
+    ({**GPT, "sequence_parallel": True}, "sequence_parallel=true: needs tp > 1"),
+    ({**GPT, "tp": 2, "executor": "pytorch"}, "tp=2: executor=pytorch does not run tensor parallelism yet"),
+    ({**GPT, "tp": 2, "executor": "sim"}, "tp=2: executor=sim does not model tensor parallelism yet"),
+    ({**GPT, "tp": 4, "pp": 2, "dp": 2, "max_processes": 8}, "pp=2 x dp=2 x tp=4: 16 processes on this machine"),
+    ({**GPT, "tp": 2, "memory_budget_gib": 1.0}, "memory_budget_gib=1.0: the memory theory does not model tp > 1"),
+    ({"tp": 0}, "tp=0: must be"),
+])
+def test_a_tp_run_that_cannot_run_is_one_line_before_any_worker(config, keys, line):
+    c = config(**{"pp": 2, **keys})
+    with pytest.raises(ConfigError) as e:
+        make_plan(c)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value)
+
+
+def test_a_tp_plan_counts_every_rank_and_says_what_is_not_modelled(config):
+    plan = make_plan(config(pp=2, dp=2, tp=2, **GPT))
+    assert plan.world == 8
+    assert any(n.startswith("tp=2: the simulated step and bubble") for n in plan.notes)
+
+
+# -- exports ----------------------------------------------------------------------------------------
+
+def test_exports_carry_tp_and_sequence_parallel():
+    from harness.export import megatron, torchtitan
+    from harness.export.point import load
+
+    p = replace(load(f"{ROOT / 'reports' / 'advise_example' / 'advice.json'}#4"), tp=2, sequence_parallel=True)
+    text = megatron.render(p).text()
+    assert "--tensor-model-parallel-size 2" in text and "--sequence-parallel" in text
+    assert f"= {p.world} / (2 x {p.pp})" in text.replace("\n#   ", " ")
+    off = torchtitan.render(replace(p, sequence_parallel=False), "s.csv").script.text()
+    assert "--parallelism.tensor_parallel_degree 2" in off
+    assert "torchtitan's llama TP plan always shards the norms by sequence" in off.replace("\n#   ", " ")
+    assert "--sequence-parallel" not in megatron.render(replace(p, sequence_parallel=False)).text()
+
+
+# -- whole runs ------------------------------------------------------------------------------------
+
+def _run(tmp_path, config, name, **keys):
+    c = config(verify_grads=True, steps=1, microbatches=2, microbatch_size=2, **GPT, **keys)
+    result = run_job(c, tmp_path, "test", name)
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m.losses == pytest.approx(reference_losses(c)[0], rel=1e-5, abs=1e-5)
+    assert m.grad_check.max_rel_diff < 1e-5
+    return c, result
+
+
+@pytest.mark.dist
+def test_tp2_zero_bubble_with_sequence_parallelism_trains_like_one_process(tmp_path, config):
+    """zbv at pp=2 (4 stages, a V): sequence-sharded messages between stages, TP linears'
+    weight gradients held for their W, the TP gradient sync after each stage's last W."""
+    c, result = _run(tmp_path, config, "zbv", pp=2, tp=2, sequence_parallel=True, **{"schedule.name": "zbv"})
+    assert "tp=2 sequence_parallel" in result.headline()
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert {e["tid"] for e in trace if e.get("args", {}).get("kind") == "tp_sync"} == {0, 1}  # tp rank 0 of each
+    assert result.metrics.memory.theory_per_rank is None  # not modelled at tp > 1: none rather than wrong
+
+
+@pytest.mark.dist
+def test_pp2_dp2_tp2_trains_like_one_process(tmp_path, config):
+    """8 processes: dp groups per tp rank, pipeline peers the same tp rank, 1F1B."""
+    _, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", **{"schedule.name": "1f1b"})
+    assert len(result.metrics.memory.measured_per_rank) == 4  # a TP group's rank 0 stands for it
