@@ -214,7 +214,8 @@ def _check_sizes(c: Config, cuda_devices: int, model: BuiltModel, here: int) -> 
     dims = model.model.activation_shape(b)
     bkey = ("global_batch", c.global_batch) if c.global_batch is not None else ("microbatch_size", b)
     # every rank may hold all M microbatches' inter-stage tensors (GPipe does): a lower bound of what it holds
-    activations = here * c.microbatches * itemsize * math.prod(dims)
+    # sequence_parallel: a TP rank's inter-stage tensor is its sequence shard
+    activations = here * c.microbatches * itemsize * math.prod(dims) // (c.tp if c.sequence_parallel else 1)
     if activations > limit:
         shape = "x".join(str(d) for d in dims)
         key, value = _culprit(c, here, [("microbatches", c.microbatches)] + [
@@ -226,8 +227,8 @@ def _check_sizes(c: Config, cuda_devices: int, model: BuiltModel, here: int) -> 
     params = model.total_params
     if params is None:
         return
-    # this machine's share of the replicas' weights and gradients, in dtype
-    weights = 2 * itemsize * params * here / c.pp
+    # this machine's share of the replicas' weights and gradients, in dtype (a TP rank: at least a tp-th)
+    weights = 2 * itemsize * params * here / (c.pp * c.tp)
     if weights > limit:
         if 2 * itemsize * params <= limit and here > c.pp:  # one replica fits: the replicas here do not
             key, value = ("dp", c.dp)
@@ -242,8 +243,8 @@ def _check_sizes(c: Config, cuda_devices: int, model: BuiltModel, here: int) -> 
     # LAYER_TENSORS tensors of the inter-stage size on every rank for all M could pass the machine
     could = weights + here * c.microbatches * model.num_layers * LAYER_TENSORS * itemsize * math.prod(dims) > limit
     held = _held_activations(c, model, b, cuda_devices) if could else None  # one replica's
-    if held is not None and held * here / c.pp + weights > limit:
-        acts = held * here / c.pp
+    if held is not None and held * here / (c.pp * c.tp) + weights > limit:
+        acts = held * here / (c.pp * c.tp)  # a TP rank holds at least a tp-th of its stage's
         if acts >= weights:
             key, value = _culprit(c, here, [bkey, ("model.hidden", c.model.hidden),
                                             ("model.seq", getattr(c.model, "seq", None))])

@@ -150,6 +150,11 @@ def world_cuda_devices(local: int, environ: Mapping[str, str] = os.environ) -> i
     return local * math.ceil(world / per_node)
 
 
+def _tp(cfg: DictConfig) -> int:
+    """A point's tp (1 where its config has none)."""
+    return int(OmegaConf.select(cfg, "tp", default=1) or 1)
+
+
 def point_resources(cfg: DictConfig) -> Resources | None:
     """For planning a sweep point on the launching side (harness/frontend/sweeper.py): what its SLURM
     allocation gives it (nodes, tasks and GPUs per node) under hydra/launcher=slurm or
@@ -160,7 +165,7 @@ def point_resources(cfg: DictConfig) -> Resources | None:
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     params.pop("_target_", None)
     try:
-        return SlurmLauncher(**params).resources(int(cfg.pp), int(cfg.dp), str(cfg.device))
+        return SlurmLauncher(**params).resources(int(cfg.pp), int(cfg.dp), str(cfg.device), _tp(cfg))
     except ValueError:
         return None  # cannot be placed: the launcher says so before submitting anything
 
@@ -241,13 +246,17 @@ class Launcher(BaseSubmititLauncher):
         """GPUs a node offers this point's ranks (0: none asked)."""
         raise NotImplementedError
 
-    def resources(self, pp: int, dp: int, device: str) -> Resources:
-        """What a point of pp x dp ranks asks for. ValueError (one line) if it cannot be placed."""
-        world = pp * dp
+    def resources(self, pp: int, dp: int, device: str, tp: int = 1) -> Resources:
+        """What a point of pp x dp x tp ranks asks for. ValueError (one line) if it cannot be
+        placed, or if a TP group (tp consecutive ranks) would span two nodes."""
+        world = pp * dp * tp
         gpus = self.node_gpus(device)
         if not self.params.get("ranks_as_tasks"):  # one task (or the user's), harness forks the ranks
             return Resources(1, int(self.params.get("tasks_per_node") or 1), min(gpus, world) if gpus else 0)
         nodes, tasks = spread(world, self.ranks_per_node(gpus))
+        if tasks % tp:
+            raise ValueError(f"tp={tp}: {tasks} ranks per node would split a TP group across nodes (allowed: tp "
+                             f"dividing the ranks per node; TP's collectives want one node's links)")
         return Resources(nodes, tasks, tasks if gpus else 0)
 
     def ranks_per_node(self, gpus: int) -> int:
@@ -255,7 +264,7 @@ class Launcher(BaseSubmititLauncher):
 
     def job_parameters(self, cfg: DictConfig) -> dict[str, Any]:
         """The submitit parameters of one point (AutoExecutor's names), from its pp x dp."""
-        r = self.resources(int(cfg.pp), int(cfg.dp), str(cfg.device))
+        r = self.resources(int(cfg.pp), int(cfg.dp), str(cfg.device), _tp(cfg))
         out: dict[str, Any] = {"nodes": r.nodes, "tasks_per_node": r.tasks_per_node}
         if r.gpus_per_node:
             out["gpus_per_node"] = r.gpus_per_node
@@ -277,7 +286,7 @@ class Launcher(BaseSubmititLauncher):
             with open_dict(cfg.hydra.job):
                 cfg.hydra.job.num = num
             try:
-                res = self.resources(int(cfg.pp), int(cfg.dp), str(cfg.device))
+                res = self.resources(int(cfg.pp), int(cfg.dp), str(cfg.device), _tp(cfg))
             except ValueError as e:
                 bad.append(f"[{' '.join(filter_overrides(overrides)) or 'defaults'}] {e}")
                 continue
