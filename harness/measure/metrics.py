@@ -219,11 +219,16 @@ def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
     events: from the last bucket's all-reduce launch to the end of the backward)."""
     if plan.config.dp == 1:
         return None
+    return _sync_s(trace, steps, "dp_sync")
+
+
+def _sync_s(trace: Trace, steps: list[int], kind: str) -> float:
+    """Median over steps of the longest per-rank total of `kind` events."""
     per_step = []
     for s in steps:
         totals: dict[int, float] = defaultdict(float)
         for e in trace:
-            if e.step == s and e.kind == "dp_sync":
+            if e.step == s and e.kind == kind:
                 totals[e.rank] += e.dur
         per_step.append(max(totals.values(), default=0.0))
     return statistics.median(per_step)
@@ -353,4 +358,5 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
         measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
         mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},
         **clock_record(run, measured_trace),
+        tp_sync_s=_sync_s(measured_trace, measured_steps, "tp_sync") if c.tp > 1 else None,
     )

@@ -217,6 +217,10 @@ class Metrics:
     clock_uncertainty_ns: int | None = None  # the worst of them
     clock_note: str | None = None  # the bubble flagged: that uncertainty is > 5% of the mean compute action
     intervals: Intervals | None = None
+    # tp > 1: median over measured steps of the longest per-rank total of TP gradient syncs (tp_sync
+    # events: the replicated parameters' partial gradients summed over the TP group); the TP
+    # collectives inside each F and B are in those compute events, not traced apart. None at tp=1
+    tp_sync_s: float | None = None
 
 
 @dataclass
