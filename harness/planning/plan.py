@@ -297,7 +297,9 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     if c.tp > 1:
         notes.append(f"tp={c.tp}: the simulated step and bubble, the sim prices and the memory theory do not model "
                      "tensor parallelism yet (no TP collectives, no split compute or memory): they are tp=1's, and "
-                     "the record keeps no theory per rank; the measured figures are tp rank 0's of each TP group")
+                     "the record keeps no theory per rank; the measured figures are tp rank 0's of each TP group"
+                     + ("; the measured peak leaves out checkpointing's recompute (accounted from that theory)"
+                        if c.checkpointing else ""))
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
     if executor.transport:
         check_transport(c, schedule, transport, backend)

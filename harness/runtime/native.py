@@ -7,6 +7,13 @@ scaled by 1/M, so the sum is the full-batch mean loss's gradient); the rank loop
 optimizer. I runs the input gradient now and queues the weight gradient (SplitLinear's
 WeightGradStore) for its W. Memory: the MemoryMeter counts what each (stage, microbatch)
 holds for its backward, from its F until its B (or W).
+
+tp > 1 (harness/parallel/tensor.py): each stage is split by the model's tp_plan over the
+rank's TP group right after it is built; every TP rank of a replica runs the same actions on
+the same batch and sends to the same TP rank of the next stage (sequence shards under
+sequence_parallel). Each stage finishes explicitly (never DDP, which takes no DTensors): at
+its last gradient-making action its gradients are brought to their parameters' placements
+(tp_sync), then, with dp > 1, the local shards are all-reduced over the replicas (dp_sync).
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ class NativeRunner:
         # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
         self.recompute = 0
-        if c.checkpointing:
+        if c.checkpointing and c.tp == 1:  # tp > 1: the theory has no TP-split graph; left out (a plan note)
             acts = stage_activations(plan.memory(), c, plan.stage_layers)
             self.recompute = max(acts[s].recompute for s in self.layers)
 
