@@ -1,7 +1,8 @@
 """tp= wired into a run (issue 36): the layout of pp x dp x tp ranks, what a tp run refuses
-before any worker, the exports' TP flags, and (dist) whole runs at tp=2 on executor=native
-whose losses and gradients equal the single-process full batch (verify_grads): the zero-bubble
-I/W split with sequence parallelism, and pp=2 x dp=2 x tp=2 (8 processes, emulated compute).
+before any worker, the exports' TP flags, and (dist) whole runs at tp=2 whose losses and
+gradients equal the single-process full batch (verify_grads): natively the zero-bubble I/W
+split with sequence parallelism and pp=2 x dp=2 x tp=2 (8 processes, emulated compute);
+executor=pytorch's PipelineStage on the TP-parallelized stages.
 
 The layer-level equality of tp=2 with tp=1 (every model, style and backward) is
 tests/test_tensor_parallel.py's; here the runner, the groups and the records around it."""
@@ -49,7 +50,6 @@ def test_layout_puts_a_tp_group_on_consecutive_slots_and_keeps_tp1_numbering(pla
     ({**GPT, "tp": 3}, "model.heads=4: tp=3 must divide it"),
     ({**GPT, "tp": 2, "model.seq": 7, "sequence_parallel": True}, "model.seq=7: tp=2 must divide it"),
     ({**GPT, "sequence_parallel": True}, "sequence_parallel=true: needs tp > 1"),
-    ({**GPT, "tp": 2, "executor": "pytorch"}, "tp=2: executor=pytorch does not run tensor parallelism yet"),
     ({**GPT, "tp": 2, "executor": "sim"}, "tp=2: executor=sim does not model tensor parallelism yet"),
     ({**GPT, "tp": 4, "pp": 2, "dp": 2, "max_processes": 8}, "pp=2 x dp=2 x tp=4: 16 processes on this machine"),
     ({**GPT, "tp": 2, "memory_budget_gib": 1.0}, "memory_budget_gib=1.0: the memory theory does not model tp > 1"),
@@ -112,3 +112,11 @@ def test_pp2_dp2_tp2_trains_like_one_process(tmp_path, config):
     """8 processes: dp groups per tp rank, pipeline peers the same tp rank, 1F1B."""
     _, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", **{"schedule.name": "1f1b"})
     assert len(result.metrics.memory.measured_per_rank) == 4  # a TP group's rank 0 stands for it
+
+
+@pytest.mark.dist
+def test_pytorch_executor_runs_tp_parallelized_stages_like_one_process(tmp_path, config):
+    """torch's PipelineStage on each TP rank's pipeline (its own group), sequence-sharded
+    messages, torch's ZB-H1 splitting the TP linears' backward itself."""
+    _run(tmp_path, config, "pytorch", pp=2, tp=2, sequence_parallel=True, executor="pytorch",
+         **{"schedule.name": "zb_h1"})

@@ -24,7 +24,7 @@ import torch._dynamo  # noqa: F401 - the first optimizer imports it (~1.5 s); th
 import torch.distributed as dist
 
 from harness.parallel.mesh import Grid, device_mesh
-from harness.parallel.tensor import local, local_grads
+from harness.parallel.tensor import full_gradients, local, local_grads
 from harness.runtime.optimizer import Optimizer
 from harness.planning.plan import Plan
 from harness.runtime.precision import Precision
@@ -80,9 +80,11 @@ def named_gradients(plan: Plan, layers_by_stage: dict[int, torch.nn.Module]) -> 
     out = {}
     for s, layers in layers_by_stage.items():
         first = plan.stage_layers[s][0]
-        for name, p in layers.named_parameters():
+        # tp > 1: whole, in the unsplit layout (collective over the TP group: every TP rank asks)
+        grads = full_gradients(layers) if plan.config.tp > 1 else {n: p.grad for n, p in layers.named_parameters()}
+        for name, g in grads.items():
             index, rest = name.split(".", 1)
-            out[f"{first + int(index)}.{rest}"] = p.grad.detach().cpu().clone()
+            out[f"{first + int(index)}.{rest}"] = g.detach().cpu().clone()
     return out
 
 

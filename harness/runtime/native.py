@@ -27,7 +27,7 @@ from torch import nn
 
 from harness.model.checkpoint import CheckpointedStage
 from harness.model.split_linear import WeightGradStore, attach_store
-from harness.parallel.tensor import activation_shape, full_gradients, parallelize_stage, sync_gradients
+from harness.parallel.tensor import activation_shape, parallelize_stage, sync_gradients
 from harness.runtime.emulate import Emulator
 from harness.runtime.grad_sync import GradSync
 from harness.planning.memory_theory import stage_activations
@@ -100,16 +100,7 @@ class NativeRunner:
         return [p for m in self.layers.values() for p in m.parameters()]
 
     def gradients(self) -> dict[str, torch.Tensor]:
-        """tp > 1: whole, in the unsplit layout (collective over the TP group: every TP rank asks)."""
-        if self.tp == 1:
-            return named_gradients(self.plan, self.layers)
-        out = {}
-        for s, layers in self.layers.items():
-            first = self.plan.stage_layers[s][0]
-            for name, g in full_gradients(layers).items():
-                index, rest = name.split(".", 1)
-                out[f"{first + int(index)}.{rest}"] = g.cpu().clone()
-        return out
+        return named_gradients(self.plan, self.layers)
 
     def step_memory(self) -> StepMemory:
         return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes),

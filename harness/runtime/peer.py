@@ -38,6 +38,8 @@ from harness.model.checkpoint import CheckpointedStage
 from harness.planning.plan import Plan
 from harness.runtime.precision import Precision
 from harness.runtime.emulate import Emulator
+from harness.parallel.tensor import parallelize_stage, sync_gradients
+from harness.runtime.groups import Layout
 from harness.runtime.loop import RankContext, named_gradients
 from harness.runtime.tracer import Tracer
 from harness.records.scratch import Scratch
@@ -195,10 +197,25 @@ def _instrument(stage: PipelineStage, timeline: Timeline) -> None:
     stage.get_bwd_send_ops = lambda mb: _label(bwd_send(mb), s, _UNRESOLVED, mb)
 
 
+def pipeline_group(layout: Layout, rank: int) -> dist.ProcessGroup | None:
+    """tp > 1: the pipeline of `rank`'s tp rank (the same tp rank of every stage), its group
+    ranks the pipeline ranks torch's stages address; every rank creates every such group, in
+    one order (new_group is collective). tp=1: None, the world (executor=pytorch runs dp=1)."""
+    if layout.tp == 1:
+        return None
+    mine = None
+    for t in range(layout.tp):
+        g = dist.new_group([layout.global_rank(0, p, t) for p in range(layout.pp)])
+        if layout.tp_rank(rank) == t:
+            mine = g
+    return mine
+
+
 class PeerRunner:
     def __init__(self, ctx: RankContext):
         plan, c, device = ctx.plan, ctx.plan.config, ctx.device
-        self.plan, self.device, self.rank, self.tracer = plan, device, ctx.rank, ctx.tracer
+        # self.rank: the pipeline rank (tp > 1: this rank's TP group shares it, every member runs its stages)
+        self.plan, self.device, self.rank, self.tracer = plan, device, ctx.layout.pipeline_rank(ctx.rank), ctx.tracer
         self.model = plan.model.model
         self.timeline = Timeline(plan, ctx.tracer, Emulator(plan.emulated_cost if c.compute == "emulated" else None,
                                                             device))
@@ -207,10 +224,13 @@ class PeerRunner:
         self.precision = Precision(c.dtype)
         self.layers: dict[int, nn.Module] = {
             s: plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
-            for s, r in sorted(plan.stage_rank.items()) if r == ctx.rank}
+            for s, r in sorted(plan.stage_rank.items()) if r == self.rank}
+        for s, m in self.layers.items():  # tp > 1: the model's TP plan, as natively (torchtitan's order: TP, then PP)
+            parallelize_stage(m, self.model, ctx.tp_mesh, c.sequence_parallel, plan.stage_layers[s][0])
         modules = {s: CheckpointedStage(m, c.checkpoint_every, lambda key, t: None, self.timeline.timed_recompute)
                    if c.checkpointing else m for s, m in self.layers.items()}
-        stages = [PipelineStage(m, s, len(plan.stage_layers), device) for s, m in modules.items()]
+        group = pipeline_group(ctx.layout, ctx.rank)  # tp > 1: this tp rank's pipeline; tp=1: the world
+        stages = [PipelineStage(m, s, len(plan.stage_layers), device, group=group) for s, m in modules.items()]
         for stage in stages:
             _instrument(stage, self.timeline)
         self.schedule = self._schedule(stages)
@@ -260,6 +280,11 @@ class PeerRunner:
                                losses=losses if self.last else None)
         self.timeline.resolve_labels()
         self._check_order()
+        if c.tp > 1:  # the step's gradients are in: each to its parameter's placement (natively: tp_sync)
+            for s, m in self.layers.items():
+                t0 = self.tracer.mark()
+                sync_gradients(m)
+                self.tracer.record(f"tp_sync {s}", COMM, "tp_sync", s, -1, t0)
         # the native step loss: the sum over microbatches, in order, of loss / M
         scale = c.microbatches * self.precision.loss_scale
         return float(sum(loss.detach() / scale for loss in losses)) if self.last else None

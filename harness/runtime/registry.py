@@ -57,9 +57,7 @@ register(Executor("native", "real worker processes, this harness's runner, P2P o
                   private_torch=lambda c: c.dp > 1 or c.tp > 1))
 register(Executor("pytorch", "the same plan through torch.distributed.pipelining's schedule classes",
                   runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True,
-                  check="harness.runtime.peer_check:check",
-                  no_tp="does not run tensor parallelism yet (its PipelineStage would need the TP-parallelized module's "
-                        "DTensor parameters and sequence-sharded messages wired in)"))  # imports torch.distributed.pipelining: only when asked
+                  check="harness.runtime.peer_check:check", tp=True))  # imports torch.distributed.pipelining: only when asked
 register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.* or cluster=); no processes",
                   run="harness.runtime.sim:run_sim", dp=True, faults=("term", "enospc"), simulated=True,
                   no_tp="does not model tensor parallelism yet (its prices have no TP collectives or split compute)"))
