@@ -18,6 +18,10 @@ its whole backward in W: the trace shows 0I<mb> near zero and 0W<mb> as a full B
 happened. compute=emulated holds each timed action until its modeled cost, as natively.
 Every step checks that torch ran exactly plan.schedule's order on this rank (theory and
 simulation describe that order), and torch's stage placement is checked against the plan's.
+tp > 1: each stage is TP-parallelized by the model's plan before torch's PipelineStage wraps it
+(torchtitan's order); each tp rank's stages form their own pipeline (a process group of the
+same tp rank of every stage, which torch's P2P addresses); the TP gradient sync follows torch's
+step (tp_sync), as natively.
 """
 
 from __future__ import annotations
