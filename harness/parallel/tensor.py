@@ -93,6 +93,8 @@ def parallelize_stage(layers: nn.Sequential, model: Model, mesh_tp: DeviceMesh |
             parallelize_module(layer, mesh_tp, plan)
         if root is not None:
             parallelize_module(layer, mesh_tp, root)
+    if len(layers):
+        layers[-1].register_forward_hook(_waited)
     return layers
 
 
@@ -164,8 +166,19 @@ def local(t: Any) -> Any:
     api = sys.modules.get("torch.distributed.tensor")
     if api is not None and isinstance(t, api.DTensor):
         with torch.no_grad():
-            return t.to_local()
-    return t
+            t = t.to_local()
+    under = getattr(t, "_get_acs_underlying_tensor", None)  # a functional collective's output: its buffer
+    return under() if under is not None else t
+
+
+def _waited(module: nn.Module, args: tuple, output: object) -> object:
+    """A stage's output as a plain tensor with its collective done: a row-parallel layer ends
+    on torch's functional all-reduce, whose output (AsyncCollectiveTensor) waits only when an
+    op reads it; sent or counted as it is, it would be its unfinished buffer. clone() waits,
+    and keeps autograd's graph (a copy of one activation, where a stage ends on an all-reduce)."""
+    if isinstance(output, torch.Tensor) and hasattr(output, "_get_acs_underlying_tensor"):
+        return output.clone()
+    return output
 
 
 def local_grads(params: list[torch.Tensor], shards: list[torch.Tensor]) -> None:
