@@ -120,3 +120,15 @@ def test_pytorch_executor_runs_tp_parallelized_stages_like_one_process(tmp_path,
     messages, torch's ZB-H1 splitting the TP linears' backward itself."""
     _run(tmp_path, config, "pytorch", pp=2, tp=2, sequence_parallel=True, executor="pytorch",
          **{"schedule.name": "zb_h1"})
+
+
+@pytest.mark.dist
+def test_mlp_stages_ending_on_a_row_parallel_all_reduce_train_like_one_process(tmp_path, config):
+    """model=mlp: each stage's 4 layers are 2 column/row pairs, so a stage's output is the
+    all-reduce's (waited before it is sent and counted)."""
+    c = config(pp=2, tp=2, verify_grads=True, steps=1, microbatches=2, **{"schedule.name": "1f1b"})
+    result = run_job(c, tmp_path, "test", "mlp")
+    assert result.status == "ok", result.error
+    assert result.metrics.losses == pytest.approx(reference_losses(c)[0], rel=1e-5, abs=1e-5)
+    assert result.metrics.grad_check.max_rel_diff < 1e-5
+    assert all(m["activations"] for m in result.metrics.memory.measured_per_rank)  # metered
