@@ -117,6 +117,14 @@ def test_slurm_refuses_a_point_that_cannot_spread_evenly():
     assert shared.resources(2, 2, "cuda") == Resources(1, 1, 4)  # one task forking 4 ranks, a GPU each
 
 
+def test_slurm_sizes_a_tp_point_by_pp_x_dp_x_tp_and_never_splits_a_tp_group():
+    slurm = launcher(HarnessSlurmLauncher, "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=8")
+    cfg = composed("pp=2", "dp=2", "tp=4", "device=cuda")
+    assert slurm.job_parameters(cfg) == {"nodes": 2, "tasks_per_node": 8, "gpus_per_node": 8}
+    with pytest.raises(ValueError, match="^tp=4: 6 ranks per node would split a TP group across nodes"):
+        slurm.resources(3, 1, "cuda", tp=4)  # 12 ranks: 2 nodes of 6
+
+
 def test_rank_env_from_submitit():
     one = rank_env(global_rank=5, local_rank=1, num_tasks=8, num_nodes=2, hostnames=["gpu-a", "gpu-b"], job_id="42")
     assert one["MASTER_ADDR"] == "gpu-a"  # rank 0's node

@@ -177,8 +177,9 @@ def _check_faults(c: Config, executor: Executor) -> None:
         raise ConfigError(f"fault={c.fault}: executor={c.executor} starts no worker, so there is no launch to "
                           f"interrupt (allowed with executor={c.executor}: term@start, term@plan, term@records, "
                           "term@end)")
-    if fault and fault.rank is not None and not (fault.rank < c.pp * c.dp * c.tp and fault.step < c.warmup_steps + c.steps):
-        raise ConfigError(f"fault={c.fault}: rank or step outside this run ({c.pp * c.dp * c.tp} ranks, "
+    world = c.pp * c.dp * c.tp
+    if fault and fault.rank is not None and not (fault.rank < world and fault.step < c.warmup_steps + c.steps):
+        raise ConfigError(f"fault={c.fault}: rank or step outside this run ({world} ranks, "
                           f"{c.warmup_steps + c.steps} steps)")
     if fault and fault.kind not in executor.faults:
         raise ConfigError(f"fault={c.fault}: executor={c.executor} honours "

@@ -66,8 +66,8 @@ class NativeRunner:
                             for s, m in self.modules.items()}
         # process groups: every rank creates every group, in one order (new_group is collective)
         dp_group = ctx.dp_group
-        groups = edge_groups(plan.schedule, c.pp, c.dp, ctx.rank,
-                             device if plan.backend == "nccl" else torch.device("cpu"), c.tp) if plan.p2p == "safe" else {}
+        ping_on = device if plan.backend == "nccl" else torch.device("cpu")
+        groups = edge_groups(plan.schedule, c.pp, c.dp, ctx.rank, ping_on, c.tp) if plan.p2p == "safe" else {}
         net = GroupTransport(plan.p2p, self.replica, c.pp, plan.stage_rank, groups,
                              activation_shape(self.model, c.microbatch_size, c.tp, c.sequence_parallel),
                              self.precision.dtype, device, self.tracer, c.p2p_single_tag, plan.backend, c.tp,
