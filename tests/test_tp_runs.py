@@ -109,8 +109,10 @@ def test_tp2_zero_bubble_with_sequence_parallelism_trains_like_one_process(tmp_p
 
 @pytest.mark.dist
 def test_pp2_dp2_tp2_trains_like_one_process(tmp_path, config):
-    """8 processes: dp groups per tp rank, pipeline peers the same tp rank, 1F1B."""
-    _, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", **{"schedule.name": "1f1b"})
+    """8 processes: dp groups per tp rank, pipeline peers the same tp rank (p2p=safe: an edge
+    group per tp rank, matched in FIFO order with one tag), 1F1B."""
+    _, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", p2p="safe", p2p_single_tag=True,
+                     **{"schedule.name": "1f1b"})
     assert len(result.metrics.memory.measured_per_rank) == 4  # a TP group's rank 0 stands for it
 
 
