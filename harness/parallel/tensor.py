@@ -158,7 +158,6 @@ def local_numel(module: nn.Module) -> int:
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())
 
 
-
 def local(t: Any) -> Any:
     """A DTensor's local shard (the same storage, outside autograd), anything else as it is.
     Imports nothing: a DTensor exists only once torch.distributed.tensor was imported, and at
