@@ -273,6 +273,24 @@ class ClusterConfig:
 
 
 @dataclass
+class RunConfig:
+    """Run control (`run.*`): how a point runs, never what it measures. Changing one of these
+    reruns nothing under run.resume=true, and two points that differ only here are the same point
+    (harness/records/identity.py)."""
+
+    max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
+    start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
+    timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
+    resume: bool = False  # in an existing sweep dir: skip points whose record for the same config, code and input files is ok (or diverged, skipped)
+    rerun: str | None = None  # with resume: also rerun records that say diverged | skipped | diverged+skipped
+    skip_invalid: bool = False  # a sweep with points that cannot run: run the others (listed as skipped) instead of none
+    debug: bool = False  # show tracebacks instead of one-line errors
+    repeats: int = 1  # a sweep (-m) runs every point this many times, as repeat=0..repeats-1, interleaved across points
+    fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
+    clock_skew_s: list[float] | None = None  # TEST ONLY: [global rank] seconds added to its clock, as another host's (harness/runtime/clock.py)
+
+
+@dataclass
 class Config:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     model: ModelConfig = field(default_factory=MLPConfig)
@@ -302,22 +320,32 @@ class Config:
     steps: int = 5  # measured steps
     warmup_steps: int = 1  # steps run before measuring (not in the metrics, losses kept)
     seed: int = 0  # model init and data
-    repeat: int = 0  # a label, nothing else: sweep repeat=0,1,2 to see how much the same config varies run to run
-    repeats: int = 1  # a sweep (-m) runs every point this many times, as repeat=0..repeats-1, interleaved across points
+    repeat: int = 0  # a label, part of the point: sweep repeat=0,1,2 (or run.repeats=3) to see how much the same config varies run to run
     lr: float = 0.01  # the optimizer's learning rate
     dtype: str = "fp32"  # fp32 | bf16 | fp16: parameters, activations, messages, gradients (fp32 masters in the optimizer)
     zero: int = 0  # 0 | 1: ZeRO-1, each stage's optimizer state sharded across its dp replicas
     memory_budget_gib: float | None = None  # per rank: each run says if it fits; a sweep skips points theory says cannot
-    max_processes: int = 16  # refuse pp x dp above this (each rank is a process)
-    start_method: str = "forkserver"  # forkserver: ranks fork from a server that imported torch once | spawn
-    timeout_s: float | None = None  # watchdog: workers not done by then are killed, the job fails; None: scaled to the run
-    resume: bool = False  # in an existing sweep dir: skip points whose newest record is ok (or diverged, skipped) and made from the same config, code and input files
-    rerun: str | None = None  # with resume: also rerun records that say diverged | skipped | diverged+skipped
-    skip_invalid: bool = False  # a sweep with points that cannot run: run the others (listed as skipped) instead of none
-    debug: bool = False  # show tracebacks instead of one-line errors
     profile: str | None = None  # per-layer profile JSON: partition=profile costs; compute=emulated sleeps it
-    fault: str | None = None  # TEST ONLY: raise|kill|hang@rankR,stepS (harness/runtime/faults.py)
-    clock_skew_s: list[float] | None = None  # TEST ONLY: [global rank] seconds added to its clock, as another host's (harness/runtime/clock.py)
+    run: RunConfig = field(default_factory=RunConfig)  # how the point runs, not what it measures: no part of its identity
+
+
+# Config sections that say how a point runs, not what it measures: a point's identity (what
+# resume and the report match records by, harness/records/identity.py) is the config without them.
+RUN_SECTIONS = ("run", "wandb")
+# keys that moved into run.* (old top-level name -> new): a command line or a record that still
+# says `timeout_s=60` is told where it went (unknown_key), an old record is read as if it had (upgrade_config)
+MOVED = {name: f"run.{name}" for name in ("max_processes", "start_method", "timeout_s", "resume", "rerun",
+                                          "skip_invalid", "debug", "repeats", "fault", "clock_skew_s")}
+
+
+def upgrade_config(d: dict) -> dict:
+    """A config dict written before run control had its own section (a record's, schema < 6),
+    with the moved keys under `run` (a new dict; a current one comes back equal)."""
+    d = dict(d)
+    moved = {k: d.pop(k) for k in list(d) if k in MOVED}
+    if moved:
+        d["run"] = {**moved, **(d.get("run") if isinstance(d.get("run"), dict) else {})}
+    return d
 
 
 def planned_microbatch_size(c: Config) -> int:
@@ -422,7 +450,10 @@ def what_fits(hint: Any) -> str:
 
 def unknown_key(key: str, value: object, option: str | None = None) -> str:
     """`ppp=2: unknown key (did you mean pp?)`; `model.heads=2: not a key of model=mlp (it is
-    model=gpt's, model=hf's)` where another option of the group has it (`option`: the one chosen)."""
+    model=gpt's, model=hf's)` where another option of the group has it (`option`: the one chosen);
+    `timeout_s=60: moved to run.timeout_s` for a key that moved into the run section."""
+    if (moved := MOVED.get(key.lstrip("+~"))) is not None:
+        return f"{key}={value}: {key.lstrip('+~')} moved to {moved} (write {moved}={value})"
     group, _, leaf = key.lstrip("+~").partition(".")
     owners = [name for name, cls in OPTIONS.get(group, {}).items() if leaf in {f.name for f in dataclasses.fields(cls)}]
     if owners:  # another option's key: never "did you mean" the very key given
@@ -448,7 +479,7 @@ MAX_GPUS = MAX_WORLD  # cluster.nodes x cluster.gpus_per_node: a point uses them
 # lists every divisor of them
 MAX_DIM = 2**31 - 1  # microbatch_size, model.hidden, model.seq, model.vocab, model.ffn: a tensor dimension
 # torch indexes with 32 bits in many kernels (and B x hidden x seq must stay an int64 element count)
-MAX_TIMEOUT_S = 7 * 86_400  # timeout_s: a week; torch's process-group timeout and timedelta overflow far beyond
+MAX_TIMEOUT_S = 7 * 86_400  # run.timeout_s: a week; torch's process-group timeout and timedelta overflow far beyond
 MAX_TIME_SCALE = 1e6  # cost.time_scale: a GPU profile slowed a million-fold still fits a CPU's math
 MAX_LAYER_MS = 86_400_000.0  # cost.fwd_ms_per_layer: a day a layer
 MAX_BWD_OVER_FWD = 1_000.0  # cost.bwd_over_fwd
@@ -456,9 +487,9 @@ MAX_LATENCY_S = 60.0  # comm.latency_s and a cluster link's: a message takes mic
 MAX_BANDWIDTH_BPS = 1e15  # comm.bandwidth_Bps and a link's: 1 PB/s, ~1000x NVLink
 MIN_BANDWIDTH_BPS = 1.0  # a byte a second: below it one activation takes longer than any watchdog
 MAX_GPU_MEMORY_GIB = 2**14  # cluster.memory_per_gpu_gib, memory_budget_gib: 16 TiB, ~100x an H200
-MAX_REPEATS = 1_000  # repeats: points x repeats jobs in one sweep
+MAX_REPEATS = 1_000  # run.repeats: points x repeats jobs in one sweep
 MAX_LAYERS = 2**16  # a model's layers: a plan lists each (partition, costs, profile, memory per layer)
-MAX_CLOCK_SKEW_S = 86_400.0  # clock_skew_s: a day either way; past it a timestamp in ns nears int64's range
+MAX_CLOCK_SKEW_S = 86_400.0  # run.clock_skew_s: a day either way; past it a timestamp in ns nears int64's range
 
 
 def one_of(key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -489,12 +520,13 @@ def check_values(c: Config) -> None:
     one_of("compute", c.compute, COMPUTE_MODES)
     one_of("device", c.device, DEVICES)
     one_of("wandb.mode", c.wandb.mode, WANDB_MODES)
-    one_of("start_method", c.start_method, START_METHODS)
+    one_of("run.start_method", c.run.start_method, START_METHODS)
     one_of("dtype", c.dtype, DTYPE_NAMES)
     one_of("placement", c.placement, PLACEMENTS)
-    for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "tp", "max_processes",
-                "repeats"):
+    for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "tp"):
         at_least(key, getattr(c, key), 1)
+    for key in ("max_processes", "repeats"):
+        at_least(f"run.{key}", getattr(c.run, key), 1)
     at_least("warmup_steps", c.warmup_steps, 0)
     at_least("checkpoint_every", c.checkpoint_every, 0)
     at_least("model.layers", c.model.layers, 1)
@@ -551,7 +583,7 @@ def _check_bounds(c: Config) -> None:
         value = getattr(c.model, key, None)
         if isinstance(value, int) and not isinstance(value, bool):
             at_most(f"model.{key}", value, MAX_DIM, "a tensor dimension")
-    at_most("repeats", c.repeats, MAX_REPEATS, "a sweep runs points x repeats jobs")
+    at_most("run.repeats", c.run.repeats, MAX_REPEATS, "a sweep runs points x repeats jobs")
     layers = c.model.layers
     if isinstance(layers, int) and layers > MAX_LAYERS:  # before any model is built (planning, profile, advise)
         raise ConfigError(f"model.layers={layers}: {layers:,} layers, more than {MAX_LAYERS:,} (allowed: model.layers "
@@ -583,7 +615,7 @@ def _check_optimizer(c: Config) -> None:
 def _check_numbers(c: Config) -> None:
     """Floats finite (nan and inf compare false with every bound), costs not negative, the
     seed within what torch.manual_seed takes once a layer's index is mixed in."""
-    floats = {"lr": c.lr, "timeout_s": c.timeout_s,
+    floats = {"lr": c.lr, "run.timeout_s": c.run.timeout_s,
               **{f"cost.{f.name}": getattr(c.cost, f.name) for f in dataclasses.fields(c.cost)},
               **{f"comm.{f.name}": getattr(c.comm, f.name) for f in dataclasses.fields(c.comm)}}
     for key, value in floats.items():
@@ -597,11 +629,12 @@ def _check_numbers(c: Config) -> None:
                           "seed x 1000003 + i, which torch.manual_seed must take)")
     if c.lr <= 0:
         raise ConfigError(f"lr={c.lr}: must be > 0")
-    if c.timeout_s is not None and c.timeout_s < MIN_TIMEOUT_S:
-        raise ConfigError(f"timeout_s={c.timeout_s}: must be at least {MIN_TIMEOUT_S:g} s (or null: 60 s + 10x the "
+    timeout_s = c.run.timeout_s
+    if timeout_s is not None and timeout_s < MIN_TIMEOUT_S:
+        raise ConfigError(f"run.timeout_s={timeout_s}: must be at least {MIN_TIMEOUT_S:g} s (or null: 60 s + 10x the "
                           "modeled run)")
-    if c.timeout_s is not None and c.timeout_s > MAX_TIMEOUT_S:
-        raise ConfigError(f"timeout_s={c.timeout_s}: more than {MAX_TIMEOUT_S:,} s (allowed: {MIN_TIMEOUT_S:g}.."
+    if timeout_s is not None and timeout_s > MAX_TIMEOUT_S:
+        raise ConfigError(f"run.timeout_s={timeout_s}: more than {MAX_TIMEOUT_S:,} s (allowed: {MIN_TIMEOUT_S:g}.."
                           f"{MAX_TIMEOUT_S:,} s, a week; or null: 60 s + 10x the modeled run)")
     if c.cost.time_scale <= 0:
         raise ConfigError(f"cost.time_scale={c.cost.time_scale}: must be > 0")
@@ -617,7 +650,7 @@ def _check_numbers(c: Config) -> None:
     _check_link("comm", c.comm)
     if c.memory_budget_gib is not None:
         at_most("memory_budget_gib", c.memory_budget_gib, MAX_GPU_MEMORY_GIB, "GiB per rank")
-    _check_skews("clock_skew_s", c.clock_skew_s)
+    _check_skews("run.clock_skew_s", c.run.clock_skew_s)
 
 
 def _check_skews(key: str, skews: object) -> None:

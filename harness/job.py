@@ -18,7 +18,8 @@ from harness.measure.metrics import compute_metrics, grad_check, over_budget, ve
 from harness.planning.plan import Plan, make_plan
 from harness.runtime.precision import Precision
 from harness.records.atomic import write_json_atomic
-from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment, provenance, wall_clock_origin, write_trace_json
+from harness.records.identity import identity_config, provenance
+from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment, wall_clock_origin, write_trace_json
 from harness.measure.reference import reference_losses
 from harness.records.result import Metrics, RecordError, Result, read
 from harness.records import running
@@ -85,7 +86,7 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     last = max(e.step for e in run.trace)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))
-    fault = parse_fault(c.fault)
+    fault = parse_fault(c.run.fault)
     maybe_interrupt(fault, "records")
     maybe_fail_write(fault, "records", out_dir / RESULT)
     write_json_atomic(out_dir / RESULT, result.to_json())
@@ -112,9 +113,10 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     returned, never raised, except ConfigError (the config cannot run: raised, nothing written
     and no earlier record replaced; with `record_invalid` (a sweep's job) a failed record where
     there is none) and KeyboardInterrupt (recorded `interrupted`). A full disk fails the job
-    with what record space allows (error `disk full: ...`). `point`: the job's identity (its
-    overrides: record.point_ids; in its provenance, what resume and the report match records by). A sweep's rank `pool` (harness/runtime/launch.py) runs
-    it if it serves the plan."""
+    with what record space allows (error `disk full: ...`). `point`: the job's identity as its
+    sweep named it (harness/records/identity.py point_ids; None: its config's point_hash), in its
+    provenance: what resume and the report match records by. A sweep's rank `pool`
+    (harness/runtime/launch.py) runs it if it serves the plan."""
     pids: list[int] = []  # the workers', recorded so a test (or a suspicious user) can check they are gone
     result = Result("failed", None, asdict(c), worker_pids=pids)
     started = time.time()
@@ -162,7 +164,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
             result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
             result.provenance = provenance(plan.config, point, started)
             result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
-            maybe_interrupt(parse_fault(c.fault), "plan")
+            maybe_interrupt(parse_fault(c.run.fault), "plan")
             if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
                 result.status, result.error, result.wall_s = "skipped", why, time.time() - started
                 write(result)
@@ -186,11 +188,11 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     except OSError as e:
         if disk_full(e) and rank0:  # the job fails; the sweep stops and says which (harness/frontend/sweeper.py)
             return fail("failed", disk_full_error(e))
-        if c.debug or not rank0:
+        if c.run.debug or not rank0:
             raise
         return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
     except Exception as e:  # noqa: BLE001 - a bug in one job must not end the sweep
-        if c.debug or not rank0:
+        if c.run.debug or not rank0:
             raise  # torchrun's agent ends the other ranks; rank 0 records what it saw
         return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
     finally:
@@ -210,30 +212,29 @@ def _recorded_ok(out_dir: Path) -> bool:
 
 # -- resume: whether a point's earlier record still stands, by content ---------------------------
 
-KEPT = ("ok", "diverged", "skipped")  # statuses resume=true keeps (rerun= names those to run again); others rerun
+KEPT = ("ok", "diverged", "skipped")  # statuses run.resume=true keeps (run.rerun= names those to run again); others rerun
 RERUN = ("diverged", "skipped")  # what rerun= may name
 
 
 def rerun_statuses(value: str | None) -> frozenset[str]:
-    """rerun=diverged, rerun=skipped or rerun=diverged+skipped: the kept statuses resume=true
+    """run.rerun=diverged, skipped or diverged+skipped: the kept statuses run.resume=true
     runs again; ConfigError (one line) for anything else."""
     if value is None or value == "":
         return frozenset()
     names = str(value).split("+")
     if any(n not in RERUN for n in names):
-        raise ConfigError(f"rerun={value}: unknown (allowed: {', '.join(RERUN)}, or both as diverged+skipped; "
-                          "failed, interrupted and missing records are always rerun by resume=true)")
+        raise ConfigError(f"run.rerun={value}: unknown (allowed: {', '.join(RERUN)}, or both as diverged+skipped; "
+                          "failed, interrupted and missing records are always rerun by run.resume=true)")
     return frozenset(names)
 
 
 def config_diff(stored: dict, asked: dict, prefix: str = "") -> str:
-    """`key: old -> new` for every setting that changes what runs (run control excluded)."""
-    from harness.records.record import RUN_CONTROL
-
+    """`key: old -> new` for every setting that changes what runs: the points' resolved configs
+    compared as identity_config has them (run control left out, one spelling per value)."""
+    if prefix == "":
+        stored, asked = identity_config(stored), identity_config(asked)
     out = []
     for key in sorted(set(stored) | set(asked)):
-        if prefix == "" and key in RUN_CONTROL:
-            continue
         old, new = stored.get(key), asked.get(key)
         if isinstance(old, dict) and isinstance(new, dict):
             if sub := config_diff(old, new, f"{prefix}{key}."):
@@ -248,9 +249,9 @@ def _short(h: str | None) -> str:
 
 
 def content_changed(stored: Result, asked_config: dict, asked: dict) -> str | None:
-    """Why a record no longer stands for what is asked now (`asked`: record.provenance of the
-    asked config), or None: its config, the code (commit, uncommitted changes) or a file the
-    run reads (by sha256)."""
+    """Why a record no longer stands for what is asked now (`asked`: identity.provenance of the
+    asked config), or None: its config, the code (commit, uncommitted changes, untracked files)
+    or a file the run reads (by sha256, a custom model's imported modules included)."""
     if diff := config_diff(stored.config, asked_config):
         return f"the config changed ({diff})"
     code, prov = asked.get("code") or {}, stored.provenance
@@ -267,18 +268,25 @@ def content_changed(stored: Result, asked_config: dict, asked: dict) -> str | No
     if was.get("commit") and code.get("commit") and was.get("diff_sha256") != code.get("diff_sha256"):
         return (f"the code's uncommitted changes differ (diff sha256 {_short(was.get('diff_sha256'))} -> "
                 f"{_short(code.get('diff_sha256'))})")
+    if was.get("commit") and code.get("commit") and was.get("untracked_sha256") != code.get("untracked_sha256"):
+        return (f"the harness's untracked files differ (sha256 {_short(was.get('untracked_sha256'))} -> "
+                f"{_short(code.get('untracked_sha256'))})")
     files, before = asked.get("files") or {}, prov.get("files") or {}
     for key in sorted(set(files) | set(before)):
         old, new = (before.get(key) or {}).get("sha256"), (files.get(key) or {}).get("sha256")
         if old is None or new is None or old != new:
             path = (files.get(key) or before.get(key) or {}).get("path")
+            if key not in before:  # a custom model's new helper module, say
+                return f"{key} is read now and was not before ({path})"
+            if key not in files:
+                return f"{key} is no longer read ({path})"
             return f"{key} changed ({path}: sha256 {_short(old)} -> {_short(new)})"
     return None
 
 
 def resume_why_not(stored: Result | None, run_dir: Path, asked_config: dict, asked: dict,
                    rerun: frozenset[str] = frozenset()) -> str | None:
-    """Why resume=true runs a point again, or None: its newest record (`stored`, in run_dir;
+    """Why run.resume=true runs a point again, or None: its newest record (`stored`, in run_dir;
     None: there is none) is kept: ok and complete, diverged or skipped unless `rerun` names it,
     and made from the same content (`content_changed`)."""
     if stored is None:
@@ -286,7 +294,7 @@ def resume_why_not(stored: Result | None, run_dir: Path, asked_config: dict, ask
     if stored.status not in KEPT:
         return f"its record says {stored.status}"
     if stored.status in rerun:
-        return f"its record says {stored.status} (rerun={'+'.join(sorted(rerun))})"
+        return f"its record says {stored.status} (run.rerun={'+'.join(sorted(rerun))})"
     if stored.status in ("ok", "diverged") and not all((run_dir / f).is_file() for f in (TRACE, GANTT)):
         return "its record lacks its trace.json or gantt.png"
     return content_changed(stored, asked_config, asked)

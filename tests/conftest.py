@@ -26,7 +26,7 @@ def config():
         c.compute = "real"  # tests that study emulated costs say so
         c.model.layers, c.model.hidden = 8, 32
         c.steps, c.warmup_steps = 3, 1
-        c.timeout_s = 120
+        c.run.timeout_s = 120
         return set_keys(c, **overrides)
 
     return make

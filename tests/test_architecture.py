@@ -98,7 +98,7 @@ def test_the_model_is_built_once_per_job_in_the_main_process(tmp_path, monkeypat
     c = set_keys(Config(), **{"pp": 2, "microbatches": 4, "executor": executor, "wandb.mode": "disabled",
                               "steps": 2, "model.hidden": 41 + len(executor),  # a model no earlier test built
                               "checkpointing": True, "verify_grads": executor == "native",
-                              "memory_budget_gib": 1.0, "timeout_s": 120.0})
+                              "memory_budget_gib": 1.0, "run.timeout_s": 120.0})
     r = run_job(c, tmp_path, "test", "once")
     assert r.status == "ok", r.error
     assert len(built) == 1

@@ -219,7 +219,7 @@ NUMBERS = [
     ({"global_batch": 10**20, "executor": "sim"}, "global_batch=100000000000000000000: sets microbatch_size"),
     ({"model.hidden": 2**40, "executor": "sim"}, "model.hidden=1099511627776: more than 2,147,483,647"),
     ({"model.layers": 10**5, "executor": "sim"}, "model.layers=100000: 100,000 layers, more than 65,536"),
-    ({"timeout_s": 1e300}, "timeout_s=1e+300: more than 604,800 s"),
+    ({"run.timeout_s": 1e300}, "run.timeout_s=1e+300: more than 604,800 s"),
     ({"cost.time_scale": 1e300}, "cost.time_scale=1e+300: more than 1e+06"),
     ({"cost.time_scale": 1e6, "cost.fwd_ms_per_layer": 1e7}, "cost.fwd_ms_per_layer=10000000.0: the modeled step is "
                                                            "at least"),
@@ -229,9 +229,9 @@ NUMBERS = [
     ({"executor": "sim", "cost.fwd_ms_per_layer": 0.0, "pp": 1},
      "cost.fwd_ms_per_layer=0.0: executor=sim's step is the modeled compute, and it is 0 s"),
     ({"executor": "sim", "verify_grads": True}, "verify_grads=true: executor=sim computes no gradients"),
-    ({"executor": "sim", "fault": "term@launch"}, "fault=term@launch: executor=sim starts no worker, so there is no "
+    ({"executor": "sim", "run.fault": "term@launch"}, "run.fault=term@launch: executor=sim starts no worker, so there is no "
                                                   "launch to interrupt (allowed with executor=sim: term@start, term@plan, term@records, term@end)"),
-    ({"repeats": 10**9}, "repeats=1000000000: more than 1,000"),
+    ({"run.repeats": 10**9}, "run.repeats=1000000000: more than 1,000"),
     ({"memory_budget_gib": 1e300}, "memory_budget_gib=1e+300: more than 16,384"),
 ]
 
@@ -284,7 +284,7 @@ def test_a_dp_that_multiplies_the_weights_past_the_machine_names_dp(monkeypatch)
     from harness.planning import checks
 
     monkeypatch.setattr(checks, "machine_bytes", lambda device, gpus: 2**20)  # 1 MiB: one replica of 8 x 32 x 32
-    err, _ = bounded(validate, small(dp=64, pp=1, max_processes=1000, **{"model.hidden": 64}))
+    err, _ = bounded(validate, small(dp=64, pp=1, **{"run.max_processes": 1000}, **{"model.hidden": 64}))
     one_line(err, "dp=64: ")
 
 

@@ -99,15 +99,15 @@ BAD = [
     (["model=gpt", "model.seq=1000000000"], "model.seq=1000000000: the activations of this machine's"),
     (["model.layers=100000000", "pp=2"], "model.layers=100000000: 100,000,000 layers, more than 65,536"),
     (["lr=nan"], "lr=nan: must be a finite number"),
-    (["timeout_s=nan"], "timeout_s=nan: must be a finite number"),
-    (["timeout_s=1e-9"], "timeout_s=1e-09: must be at least 1 s"),
+    (["run.timeout_s=nan"], "run.timeout_s=nan: must be a finite number"),
+    (["run.timeout_s=1e-9"], "run.timeout_s=1e-09: must be at least 1 s"),
     (["cost.fwd_ms_per_layer=nan"], "cost.fwd_ms_per_layer=nan: must be a finite number"),
     (["cost.bwd_over_fwd=-1"], "cost.bwd_over_fwd=-1.0: must be >= 0"),
     (["comm.latency_s=inf"], "comm.latency_s=inf: must be a finite number"),
     (["comm.bandwidth_Bps=-1"], "comm.bandwidth_Bps=-1.0: must be >= 0"),
     (["seed=1e20"], "seed=1e20: must be an integer"),
     (["seed=100000000000000000000"], "seed=100000000000000000000: must be an integer in 0..9223344366820"),
-    (["fault=raise@rank9,step2"], "fault=raise@rank9,step2: rank or step outside this run"),  # unquoted, as the README
+    (["run.fault=raise@rank9,step2"], "run.fault=raise@rank9,step2: rank or step outside this run"),  # unquoted, as the README
     # files that are not what they claim
     (["schedule=csv", "schedule.csv_path=random.csv"], "random.csv: schedule CSV: not UTF-8 text (byte 128 is 0x80)"),
     (["schedule=csv", "schedule.csv_path=idle_rank.csv", "pp=2", "microbatches=1"],
@@ -134,7 +134,7 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, files, args, expe
 def test_debug_shows_the_full_error(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(Exception, match="Error merging override pp=abc"):
-        harness(monkeypatch, capsys, "pp=abc", "debug=true")
+        harness(monkeypatch, capsys, "pp=abc", "run.debug=true")
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(Exception, match="Could not override 'ppp'"):
         harness(monkeypatch, capsys, "ppp=2")
@@ -143,7 +143,7 @@ def test_debug_shows_the_full_error(monkeypatch, capsys, tmp_path):
 
 def test_every_schema_key_is_typed():
     keys = schema_keys()
-    assert {"pp", "skip_invalid", "model.hidden", "cost.time_scale", "wandb.mode"} <= set(keys)
+    assert {"pp", "run.skip_invalid", "model.hidden", "cost.time_scale", "wandb.mode"} <= set(keys)
 
 
 # --- sweeps: every point planned before the first job ------------------------------------
@@ -169,7 +169,7 @@ def test_a_sweep_with_a_bad_point_runs_nothing_and_lists_it(monkeypatch, capsys,
 def test_skip_invalid_runs_the_rest_and_lists_what_it_skipped(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "sweep"
-    code, out, err = harness(monkeypatch, capsys, "-m", "pp=9,2", "microbatches=1,2", "skip_invalid=true", *SIM,
+    code, out, err = harness(monkeypatch, capsys, "-m", "pp=9,2", "microbatches=1,2", "run.skip_invalid=true", *SIM,
                              f"hydra.sweep.dir={sweep}")
     assert code == 0, err
     assert "harness: skipped: [pp=9 microbatches=1] pp=9: 9 stages" in err
@@ -286,10 +286,10 @@ def test_job_dirname():
 
 
 def test_quote_fault():
-    assert cli.quote_fault("fault=raise@rank1,step2") == "fault='raise@rank1,step2'"
-    assert cli.quote_fault("fault=raise@rank1,step0,kill@rank0,step0,null") == \
-        "fault='raise@rank1,step0','kill@rank0,step0',null"
-    assert cli.quote_fault("fault='raise@rank1,step2'") == "fault='raise@rank1,step2'"
+    assert cli.quote_fault("run.fault=raise@rank1,step2") == "run.fault='raise@rank1,step2'"
+    assert cli.quote_fault("run.fault=raise@rank1,step0,kill@rank0,step0,null") == \
+        "run.fault='raise@rank1,step0','kill@rank0,step0',null"
+    assert cli.quote_fault("run.fault='raise@rank1,step2'") == "run.fault='raise@rank1,step2'"
     assert cli.quote_fault("pp=2,4") == "pp=2,4"
 
 

@@ -180,7 +180,7 @@ def test_an_hour_of_skew_on_half_the_ranks_is_undone(config):
     from harness.measure.metrics import compute_metrics, window
     from harness.planning.plan import make_plan
 
-    c = config(pp=4, dp=2, microbatches=4, steps=2, compute="emulated", clock_skew_s=SKEW,
+    c = config(pp=4, dp=2, microbatches=4, steps=2, compute="emulated", **{"run.clock_skew_s": SKEW},
                **{"cost.fwd_ms_per_layer": 2.0})
     plan = make_plan(c)
     run = execute(plan, [])
@@ -249,7 +249,7 @@ def test_a_skewed_run_measures_what_an_unskewed_run_measures(tmp_path, config):
 
     results, traces = {}, {}
     for name, skew in (("one_clock", None), ("skewed", SKEW)):
-        c = config(pp=4, dp=2, microbatches=8, steps=3, compute="emulated", clock_skew_s=skew,
+        c = config(pp=4, dp=2, microbatches=8, steps=3, compute="emulated", **{"run.clock_skew_s": skew},
                    **{"cost.fwd_ms_per_layer": 10.0})
         out = tmp_path / name
         out.mkdir()
@@ -292,7 +292,7 @@ def test_a_skewed_cuda_clock_is_undone(tmp_path, config):
     """Two ranks sharing one GPU (CUDA-event timing through the anchor), rank 1 an hour behind."""
     from harness.job import run_job
 
-    c = config(pp=2, microbatches=4, device="cuda", clock_skew_s=[0.0, -HOUR])
+    c = config(pp=2, microbatches=4, device="cuda", **{"run.clock_skew_s": [0.0, -HOUR]})
     result = run_job(c, tmp_path, "gpu", "skew", cuda_devices=1)
     assert result.status == "ok", result.error
     m = result.metrics

@@ -36,11 +36,11 @@ from harness.config import ConfigError
     ({"wandb.mode": "sometimes"}, "wandb.mode=sometimes: unknown (allowed: offline, online, disabled)"),
     ({"checkpointing": True, "checkpoint_every": 3}, "checkpoint_every=3: more than the 2 layers of the smallest stage"),
     ({"lr": 0.0}, "lr=0.0: must be > 0"),
-    ({"timeout_s": 0.0}, "timeout_s=0.0: must be at least 1 s"),
-    ({"timeout_s": 1e-9}, "timeout_s=1e-09: must be at least 1 s"),
+    ({"run.timeout_s": 0.0}, "run.timeout_s=0.0: must be at least 1 s"),
+    ({"run.timeout_s": 1e-9}, "run.timeout_s=1e-09: must be at least 1 s"),
     ({"lr": float("nan")}, "lr=nan: must be a finite number"),
     ({"lr": float("inf")}, "lr=inf: must be a finite number"),
-    ({"timeout_s": float("inf")}, "timeout_s=inf: must be a finite number"),
+    ({"run.timeout_s": float("inf")}, "run.timeout_s=inf: must be a finite number"),
     ({"cost.fwd_ms_per_layer": float("nan")}, "cost.fwd_ms_per_layer=nan: must be a finite number"),
     ({"cost.weight_grad_share": -0.5}, "cost.weight_grad_share=-0.5: must be >= 0"),
     ({"comm.latency_s": float("-inf")}, "comm.latency_s=-inf: must be a finite number"),
@@ -56,9 +56,9 @@ from harness.config import ConfigError
     ({"model.layers": 2**16, "model.hidden": 1024, "pp": 2}, "model.layers=65536: 68,786,585,600 parameters, weights and "
      "gradients in fp32"),
     ({"model.layers": 10**8, "pp": 2}, "model.layers=100000000: 100,000,000 layers, more than 65,536"),
-    ({"max_processes": 2}, "pp=4 x dp=1: 4 processes on this machine, more than max_processes=2"),
-    ({"fault": "explode@rank0"}, "fault=explode@rank0: expected KIND@rankR,stepS"),
-    ({"fault": "raise@rank7,step0"}, "fault=raise@rank7,step0: rank or step outside this run"),
+    ({"run.max_processes": 2}, "pp=4 x dp=1: 4 processes on this machine, more than run.max_processes=2"),
+    ({"run.fault": "explode@rank0"}, "run.fault=explode@rank0: expected KIND@rankR,stepS"),
+    ({"run.fault": "raise@rank7,step0"}, "run.fault=raise@rank7,step0: rank or step outside this run"),
 ])
 def test_bad_input_is_one_clear_line(config, overrides, expected):
     with pytest.raises(ConfigError) as err:

@@ -116,7 +116,7 @@ def test_a_torchrun_world_of_another_size_is_refused(tmp_path, monkeypatch, run_
 
 @pytest.mark.parametrize("overrides,expected", [
     ({"dp": 2, "global_batch": 12, "microbatches": 4}, "global_batch=12: must split evenly into dp=2 x microbatches=4"),
-    ({"dp": 5}, "pp=4 x dp=5: 20 processes on this machine, more than max_processes=16"),
+    ({"dp": 5}, "pp=4 x dp=5: 20 processes on this machine, more than run.max_processes=16"),
     ({"dp": 2, "device": "cuda"}, "device=cuda: no CUDA device here (use device=cpu or device=auto)"),
 ])
 def test_bad_dp_input_is_one_line(config, overrides, expected):

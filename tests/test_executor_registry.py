@@ -34,7 +34,7 @@ def test_a_toy_executor_from_the_registry_alone_runs_and_equals_one_process(tmp_
 @pytest.mark.parametrize("overrides,expected", [
     ({"dp": 2}, "dp=2: executor=toy runs one pipeline (allowed: dp=1, or executor=native, sim)"),
     ({"schedule.name": "zbv"}, "schedule=zbv: executor=toy runs no split backward (I/W)"),
-    ({"fault": "noaccum@rank0,step0"}, "fault=noaccum@rank0,step0: executor=toy honours raise, kill, hang, term"),
+    ({"run.fault": "noaccum@rank0,step0"}, "run.fault=noaccum@rank0,step0: executor=toy honours raise, kill, hang, term"),
 ])
 def test_validation_reads_the_registry(config, overrides, expected):
     with pytest.raises(ConfigError) as err:

@@ -54,9 +54,9 @@ def test_accumulated_gradients_equal_the_full_batch_gradient(tmp_path, config, s
 
 
 def test_broken_accumulation_is_caught(tmp_path, config):
-    """fault=noaccum keeps only the last microbatch's gradient on rank 1: verify_grads sees it,
+    """run.fault=noaccum keeps only the last microbatch's gradient on rank 1: verify_grads sees it,
     and the job fails with the figure in its error."""
-    c = config(pp=2, microbatches=4, verify_grads=True, steps=1, warmup_steps=0, fault="noaccum@rank1,step0")
+    c = config(pp=2, microbatches=4, verify_grads=True, steps=1, warmup_steps=0, **{"run.fault": "noaccum@rank1,step0"})
     result = run_job(c, tmp_path, "test", "broken")
     check = result.metrics.grad_check
     assert check.max_rel_diff > 0.1 and check.tolerance == 1e-4

@@ -68,7 +68,7 @@ def test_checkpointing_recompute_is_traced(tmp_path, config):
 
 
 def test_failing_rank_is_one_line(tmp_path, config):
-    result = run_job(config(pp=2, microbatches=4, executor="pytorch", fault="raise@rank1,step1"), tmp_path, "test",
+    result = run_job(config(pp=2, microbatches=4, executor="pytorch", **{"run.fault": "raise@rank1,step1"}), tmp_path, "test",
                      "fault")
     assert result.status == "failed"
     assert "rank 1: RuntimeError: injected fault at rank 1, step 1" in result.error
@@ -76,7 +76,7 @@ def test_failing_rank_is_one_line(tmp_path, config):
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    ({"fault": "noaccum@rank0,step0"}, "fault=noaccum@rank0,step0: executor=pytorch honours raise, kill, hang, term"),
+    ({"run.fault": "noaccum@rank0,step0"}, "run.fault=noaccum@rank0,step0: executor=pytorch honours raise, kill, hang, term"),
     ({"dp": 2}, "dp=2: executor=pytorch runs one pipeline"),
 ])
 def test_unsupported_peer_input_refused_before_workers(config, overrides, expected):

@@ -63,10 +63,10 @@ def test_a_failing_rank_fails_the_job_and_leaves_no_process(tmp_path, config, fa
     worker process outlives it."""
     import multiprocessing
 
-    c = config(pp=2, microbatches=2, fault=fault, timeout_s=3.0 if fault.startswith("hang") else 60.0)
+    c = config(pp=2, microbatches=2, **{"run.fault": fault, "run.timeout_s": 3.0 if fault.startswith("hang") else 60.0})
     result = run_job(c, tmp_path, "test", "fault")
     assert result.status == "failed"
-    assert result.error.startswith("rank ") or "timeout_s" in result.error, result.error
+    assert result.error.startswith("rank ") or "run.timeout_s" in result.error, result.error
     if fault.startswith("hang"):  # the rank that hung, not every rank (the other waits for it)
         assert "rank 1 stopped: it never started step 0" in result.error, result.error
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"

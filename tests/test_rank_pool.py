@@ -16,7 +16,7 @@ SMALL = ["pp=2", "steps=1", "warmup_steps=0", "model.hidden=32", "wandb.mode=dis
 
 def test_jobs_share_ranks_until_one_fails_and_every_record_is_complete(tmp_path, run_harness):
     sweep = tmp_path / "sweep"
-    ran = run_harness("-m", "microbatches=2,4", "fault=null,raise@rank1,step0", *SMALL, f"hydra.sweep.dir={sweep}",
+    ran = run_harness("-m", "microbatches=2,4", "run.fault=null,raise@rank1,step0", *SMALL, f"hydra.sweep.dir={sweep}",
                       cwd=tmp_path)
     assert ran.returncode == 1, ran.stderr[-2000:]  # the two faults failed their jobs
     runs = [r for _, r in sorted(records(sweep).items())]

@@ -65,18 +65,18 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 def test_faults_fail_their_job_and_the_next_job_runs(tmp_path, harness):
     sweep = tmp_path / "sweep"
     faults = '"raise@rank1,step0","kill@rank0,step0","hang@rank1,step0",null'
-    p = harness("-m", f"fault={faults}", "pp=2", "timeout_s=4", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    p = harness("-m", f"run.fault={faults}", "pp=2", "run.timeout_s=4", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert p.returncode == 1, p.stderr[-2000:]
     runs = records(sweep)
     assert len(runs) == 4
-    by_fault = {r["config"]["fault"]: r for r in runs.values()}
+    by_fault = {r["config"]["run"]["fault"]: r for r in runs.values()}
     assert by_fault[None]["status"] == "ok"
     assert "rank 1: RuntimeError: injected fault" in by_fault["raise@rank1,step0"]["error"]
     assert "rank 0 died" in by_fault["kill@rank0,step0"]["error"]
-    assert "timeout_s=4.0 passed" in by_fault["hang@rank1,step0"]["error"]
+    assert "run.timeout_s=4.0 passed" in by_fault["hang@rank1,step0"]["error"]
     for r in runs.values():
         assert len(r["worker_pids"]) == 2
-        assert not any(alive(pid) for pid in r["worker_pids"]), r["config"]["fault"]
+        assert not any(alive(pid) for pid in r["worker_pids"]), r["config"]["run"]["fault"]
     assert "1 ok" in p.stdout and "3 failed" in p.stdout
 
 
@@ -93,7 +93,7 @@ def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harne
     its record, and resume=true runs only what is missing (the fault is a test hook, not part of
     a job's identity)."""
     sweep = tmp_path / "sweep"
-    first = harness("-m", f"fault=null,term@{moment},null", "pp=2", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    first = harness("-m", f"run.fault=null,term@{moment},null", "pp=2", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert first.returncode == 130, first.stderr[-2000:]
     runs = records(sweep)
     want = ["ok"] + ([MOMENTS[moment]] if MOMENTS[moment] else [])
@@ -101,13 +101,13 @@ def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harne
     assert not any(alive(pid) for r in runs.values() for pid in r["worker_pids"])
     ok_wall = runs[sorted(runs)[0]]["wall_s"]
 
-    again = harness("-m", "fault=null,null,null", "pp=2", *SMALL, "resume=true", f"hydra.sweep.dir={sweep}",
+    again = harness("-m", "run.fault=null,null,null", "pp=2", *SMALL, "run.resume=true", f"hydra.sweep.dir={sweep}",
                     cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     after = records(sweep)
     assert len(after) == 3 and all(r["status"] == "ok" for r in after.values())
     assert after[sorted(after)[0]]["wall_s"] == ok_wall  # not run twice
-    assert again.stdout.count("skipped (resume=true)") == want.count("ok")
+    assert again.stdout.count("skipped (run.resume=true)") == want.count("ok")
     for job in after:
         assert {"trace.json", "gantt.png"} <= {f.name for f in (sweep / job).iterdir()}
 
@@ -118,8 +118,8 @@ def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path, ru
     busy sweep is refused; resume reruns the job and runs the one never started."""
     sweep = tmp_path / "sweep"
     args = ["-m", "microbatches=2,4", "pp=2", "steps=1", "warmup_steps=0", "model.hidden=32", "wandb.mode=disabled",
-            "compute=real", "timeout_s=600", f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, "fault=hang@rank1,step0"], cwd=tmp_path,
+            "compute=real", "run.timeout_s=600", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args, "run.fault=hang@rank1,step0"], cwd=tmp_path,
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         job = next(iter(sorted(sweep.glob("0_*"))), None) if sweep.exists() else None
@@ -144,7 +144,7 @@ def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path, ru
         if proc.poll() is None:
             proc.kill()
     assert not (job / "result.json").exists()  # the killed job has no record: the report lists it missing
-    again = run_harness(*args, "resume=true", cwd=tmp_path)
+    again = run_harness(*args, "run.resume=true", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert all(r["status"] == "ok" for r in records(sweep).values()) and len(records(sweep)) == 2
 

@@ -34,7 +34,7 @@ def sweep(tmp_path_factory, harness) -> Path:
     path = tmp_path_factory.mktemp("runs") / "small"
     p = harness("-m", "schedule=gpipe,1f1b,dualpipev", "pp=2", "microbatches=2,4", "partition=uniform,params",
                 "compute=emulated", "cost.fwd_ms_per_layer=1", "model.hidden=32", "steps=2", "warmup_steps=0",
-                "wandb.mode=disabled", "skip_invalid=true", f"hydra.sweep.dir={path}", cwd=path.parent)
+                "wandb.mode=disabled", "run.skip_invalid=true", f"hydra.sweep.dir={path}", cwd=path.parent)
     assert p.returncode == 0 and "10 ok, 2 skipped" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     (path / "corrupt").mkdir()
     (path / "corrupt" / "result.json").write_text('{"status": "ok", "con')

@@ -47,7 +47,7 @@ def test_a_failing_point_does_not_stop_the_sweep(tmp_path, harness, report):
     exits 1 and the report lists it (a point that cannot be planned stops the sweep before any
     job: tests/test_cli.py)."""
     sweep = tmp_path / "sweep"
-    p = harness("-m", "pp=1", 'fault=null,"raise@rank0,step0"', "microbatches=2", "steps=1", "warmup_steps=0",
+    p = harness("-m", "pp=1", 'run.fault=null,"raise@rank0,step0"', "microbatches=2", "steps=1", "warmup_steps=0",
                 "wandb.mode=disabled", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert p.returncode == 1
     assert "injected fault" in p.stdout
@@ -62,11 +62,11 @@ def test_a_failing_point_does_not_stop_the_sweep(tmp_path, harness, report):
 
 
 def test_repeats_are_interleaved_and_the_report_says_what_is_within_the_noise(tmp_path, harness, report):
-    """repeats=2: every point twice as repeat=0,1, the repeats outermost (a drifting machine
+    """run.repeats=2: every point twice as repeat=0,1, the repeats outermost (a drifting machine
     moves every point alike); each record carries its intervals; the report's noise table
     compares schedules over their repeats."""
     sweep = tmp_path / "rep"
-    p = harness("-m", "schedule=gpipe,1f1b", "pp=2", "microbatches=4", "executor=sim", "repeats=2", "steps=2",
+    p = harness("-m", "schedule=gpipe,1f1b", "pp=2", "microbatches=4", "executor=sim", "run.repeats=2", "steps=2",
                 "wandb.mode=disabled", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     jobs = sorted(sweep.glob("*_*/result.json"), key=lambda f: int(f.parent.name.split("_")[0]))
@@ -83,10 +83,10 @@ def test_repeats_are_interleaved_and_the_report_says_what_is_within_the_noise(tm
 
 
 @pytest.mark.parametrize("args,said", [
-    (["-m", "pp=2", "repeats=0"], "repeats=0: must be an integer >= 1"),
-    (["-m", "pp=2", "repeats=2", "repeat=0,1"], "repeats=2 with repeat swept too"),
-    (["-m", "pp=2", "repeats=1,2"], "repeats=1,2: one value per sweep"),
-    (["pp=2", "repeats=2"], "repeats=2: repeats are points of a sweep"),
+    (["-m", "pp=2", "run.repeats=0"], "run.repeats=0: must be an integer >= 1"),
+    (["-m", "pp=2", "run.repeats=2", "repeat=0,1"], "run.repeats=2 with repeat swept too"),
+    (["-m", "pp=2", "run.repeats=1,2"], "run.repeats=1,2: one value per sweep"),
+    (["pp=2", "run.repeats=2"], "run.repeats=2: repeats are points of a sweep"),
 ])
 def test_bad_repeats_are_one_line(tmp_path, harness, args, said):
     p = harness(*args, "executor=sim", "wandb.mode=disabled", f"hydra.sweep.dir={tmp_path / 's'}",

@@ -76,9 +76,9 @@ def test_a_resume_that_meets_a_locked_job_goes_on_and_says_so(tmp_path, run_harn
     assert run_harness("-m", "microbatches=2,4", *SIM, f"hydra.sweep.dir={sweep}", cwd=tmp_path).returncode == 0
     locked = sweep / f"2_{DIRNAME.format(8)}"
     with Held(locked):
-        p = run_harness("-m", "microbatches=2,4,8,16", *SIM, "resume=true", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+        p = run_harness("-m", "microbatches=2,4,8,16", *SIM, "run.resume=true", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert p.returncode == 1, p.stderr
-    assert p.stdout.count("skipped (resume=true)") == 2
+    assert p.stdout.count("skipped (run.resume=true)") == 2
     assert f"harness: locked: {locked.name}: not run" in p.stderr and "harness: not ok: " + locked.name in p.stderr
     runs = records(sweep)
     assert runs[f"3_{DIRNAME.format(16)}"]["status"] == "ok"  # the job after it ran
@@ -144,7 +144,7 @@ def test_copy_as_refuses_a_report_it_did_not_write(tmp_path, capsys):
 
 def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_overrides(tmp_path, run_harness,
                                                                                      monkeypatch):
-    from harness.records import record
+    from harness.records import identity
     from harness.report.load import load_sweep
 
     model = tmp_path / "m.py"
@@ -156,13 +156,13 @@ def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_overrid
     first = records(sweep)
     assert all(r["provenance"]["files"]["model.target"]["sha256"] for r in first.values())
     # reordered: the same points, found whatever their number; nothing runs, no directory is made
-    p = run_harness("-m", "microbatches=4,2", *args, "resume=true", cwd=tmp_path)
-    assert p.returncode == 0 and p.stdout.count("skipped (resume=true)") == 2, p.stdout
+    p = run_harness("-m", "microbatches=4,2", *args, "run.resume=true", cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.count("skipped (run.resume=true)") == 2, p.stdout
     assert records(sweep) == first
     # the model's source changed: both run again, and the summary says why
     model.write_text(model.read_text() + "\n# changed\n")
-    p = run_harness("-m", "microbatches=4,2", *args, "resume=true", cwd=tmp_path)
-    assert p.returncode == 0 and "skipped (resume=true)" not in p.stdout
+    p = run_harness("-m", "microbatches=4,2", *args, "run.resume=true", cwd=tmp_path)
+    assert p.returncode == 0 and "skipped (run.resume=true)" not in p.stdout
     assert "2 run again" in p.stdout and "model.target changed" in p.stdout, p.stdout
     assert len(records(sweep)) == 4  # new directories (the new numbers): the old records stand beside them
     report = load_sweep(sweep)
@@ -170,8 +170,9 @@ def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_overrid
     assert sorted(old for old, _ in report.superseded) == sorted(first)
     assert "superseded by a newer record of the same point" in p.stdout
     # a new commit reruns everything, and says so
-    monkeypatch.setattr(record, "code_version", lambda: {"commit": "f" * 40, "dirty": False, "diff_sha256": None})
-    p = run_harness("-m", "microbatches=4,2", *args, "resume=true", cwd=tmp_path)
+    monkeypatch.setattr(identity, "code_version", lambda: {"commit": "f" * 40, "dirty": False, "diff_sha256": None,
+                                                       "untracked_sha256": None})
+    p = run_harness("-m", "microbatches=4,2", *args, "run.resume=true", cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.count("running it again") == 2, p.stdout
     assert "the code changed (commit " in p.stdout
 
@@ -183,20 +184,20 @@ def test_resume_keeps_diverged_and_skipped_records_unless_rerun_names_them(tmp_p
     job = sweep / f"0_{DIRNAME.format(2)}" / "result.json"
     data = json.loads(job.read_text())
     job.write_text(json.dumps({**data, "status": "diverged", "error": "the loss is not finite from step 0"}))
-    p = run_harness(*args, "resume=true", cwd=tmp_path)
-    assert p.stdout.count("skipped (resume=true)") == 2 and "diverged in an earlier run" in p.stdout, p.stdout
-    p = run_harness(*args, "resume=true", "rerun=diverged", cwd=tmp_path)
-    assert p.returncode == 0 and p.stdout.count("skipped (resume=true)") == 1
-    assert "its record says diverged (rerun=diverged)" in p.stdout and json.loads(job.read_text())["status"] == "ok"
-    p = run_harness(*args, "resume=true", "rerun=everything", cwd=tmp_path)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "rerun=everything: unknown" in p.stderr, p.stderr
+    p = run_harness(*args, "run.resume=true", cwd=tmp_path)
+    assert p.stdout.count("skipped (run.resume=true)") == 2 and "diverged in an earlier run" in p.stdout, p.stdout
+    p = run_harness(*args, "run.resume=true", "run.rerun=diverged", cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.count("skipped (run.resume=true)") == 1
+    assert "its record says diverged (run.rerun=diverged)" in p.stdout and json.loads(job.read_text())["status"] == "ok"
+    p = run_harness(*args, "run.resume=true", "run.rerun=everything", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "run.rerun=everything: unknown" in p.stderr, p.stderr
 
 
 # -- 5. a full disk fails the job that hit it; the sweep ends with its summary ---------------------
 
 def test_a_full_disk_fails_its_job_with_a_record_and_the_summary_names_it(tmp_path, run_harness):
     sweep = tmp_path / "s"
-    p = run_harness("-m", "fault=null,enospc@records,null", "microbatches=2", *SIM, f"hydra.sweep.dir={sweep}",
+    p = run_harness("-m", "run.fault=null,enospc@records,null", "microbatches=2", *SIM, f"hydra.sweep.dir={sweep}",
                     cwd=tmp_path)
     assert p.returncode == 1, p.stderr
     runs = records(sweep)

@@ -105,7 +105,7 @@ def _config(problem: Problem, pt: Point) -> Config:
     real compute, noisier, REAL_STEPS measured steps)."""
     c = pt.config(problem.config)
     return replace(c, executor="native", steps=REAL_STEPS if c.compute == "real" else 4, warmup_steps=1,
-                   timeout_s=300.0)
+                   run=replace(c.run, timeout_s=300.0))
 
 
 def host_profile(b: int, worlds: set[int], work: Path) -> tuple[Path, dict[int, dict]]:

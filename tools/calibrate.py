@@ -147,7 +147,7 @@ def _config(**kw):
 
     c = Config()
     c.wandb.mode = "disabled"
-    c.steps, c.warmup_steps, c.timeout_s = 5, 1, 300
+    c.steps, c.warmup_steps, c.run.timeout_s = 5, 1, 300
     return set_keys(c, **kw)
 
 
@@ -353,7 +353,7 @@ def here_cluster(comm: dict, membw: float, tables: dict, raw: dict) -> dict:
         "description": f"this machine ({platform.node()}): {cores} CPU cores, ranks are processes over gloo",
         "source": f"python -m tools.calibrate, {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}",
         "device": "cpu",
-        "gpus_per_node": 16,  # Config.max_processes: ranks one harness forks here
+        "gpus_per_node": 16,  # Config.run.max_processes: ranks one harness forks here
         "nodes": 1,
         "cores": cores,
         "memory_per_gpu_gib": round(ram / cores, 3),

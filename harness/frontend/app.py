@@ -18,7 +18,8 @@ from harness.frontend import signals
 from harness.frontend.compose import register, to_config
 from harness.config import ConfigError
 from harness.records.locks import Busy, DirLock
-from harness.records.record import RESULT, point_key, provenance
+from harness.records.identity import provenance
+from harness.records.record import RESULT
 from harness.records.result import RecordError, read
 from harness.runtime.faults import maybe_interrupt, parse_fault
 from harness.frontend.sweeper import point_id
@@ -36,7 +37,7 @@ def _cuda_devices() -> int:
 
 
 def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | None:
-    """resume=true for one run directory: why its job need not run again (its record is kept:
+    """run.resume=true for one run directory: why its job need not run again (its record is kept:
     ok and complete, diverged or skipped unless rerun= names it, and made from the same config,
     code and input files: job.resume_why_not), or None to run it, saying why where there was a
     record. A sweep's points are decided by its sweeper, before any is launched."""
@@ -50,7 +51,7 @@ def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | 
     try:
         c = to_config(cfg)
         plan = make_plan(c, _cuda_devices())
-        rerun = rerun_statuses(c.rerun)
+        rerun = rerun_statuses(c.run.rerun)
     except ConfigError:
         return None  # refused when it runs
     why = resume_why_not(stored, out, asdict(plan.config), provenance(plan.config, point), rerun)
@@ -63,7 +64,7 @@ def resume_skips(out: Path, cfg: DictConfig, point: str | None = None) -> str | 
 @hydra.main(version_base="1.3", config_path="pkg://harness.conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
     signals.ensure()  # SIGTERM ends a job like Ctrl-C (harness/frontend/signals.py)
-    fault = parse_fault(cfg.fault) if isinstance(cfg.fault, str) else None  # a bad one is refused below
+    fault = parse_fault(cfg.run.fault) if isinstance(cfg.run.fault, str) else None  # a bad one is refused below
     maybe_interrupt(fault, "start")
     signals.check()  # a signal since the last job (even one an earlier raise lost) ends the sweep here
     from harness.job import DISK_FULL, run_job
@@ -75,18 +76,18 @@ def main(cfg: DictConfig) -> dict:
     group = Path(hc.sweep.dir).name if sweep else "single"
     name = hc.job.override_dirname or "default"
     rank = (external_rank() or (0, 0))[0]  # torchrun's or a submitit task's rank; 0 when harness forks them
-    if not sweep and cfg.repeats != 1:
-        print(f"harness: error: repeats={cfg.repeats}: repeats are points of a sweep (allowed: 1 here; "
-              f"python -m harness -m ... repeats={cfg.repeats} runs each point that many times)", file=sys.stderr)
+    if not sweep and cfg.run.repeats != 1:
+        print(f"harness: error: run.repeats={cfg.run.repeats}: repeats are points of a sweep (allowed: 1 here; "
+              f"python -m harness -m ... run.repeats={cfg.run.repeats} runs each point that many times)", file=sys.stderr)
         sys.exit(2)
-    # the job's identity, whatever its number (harness/records/record.py point_ids; its sweeper's, in a sweep)
-    overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)
-    point = point_id(Path(hc.sweep.dir), int(hc.job.num), overrides) if sweep else point_key(overrides)
+    # the job's identity, whatever its number (harness/records/identity.py point_ids: its sweeper's, in a sweep;
+    # None: its config's own point_hash)
+    point = point_id(Path(hc.sweep.dir), int(hc.job.num)) if sweep else None
     # the run guard (harness.frontend.callbacks.RunGuard) or harness's sweeper decided resume before Hydra wrote anything
     decided = (str(OmegaConf.select(hc, "sweeper._target_", default="")).startswith("hydra_plugins.harness_sweeper")
                if sweep else "guard" in (hc.callbacks or {}))
-    if cfg.resume and not decided and (why := resume_skips(out, cfg, point)):
-        print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
+    if cfg.run.resume and not decided and (why := resume_skips(out, cfg, point)):
+        print(f"harness: {name}: {why}, skipped (run.resume=true)", flush=True)
         return {"status": "kept"}
     try:
         with DirLock(out):  # taken already by the guard or the sweeper: held once more

@@ -177,7 +177,7 @@ class RunGuard(Callback):
     records (locks.unsafe_dir), a sweep's or a sweep job's (the sweep owns its records), or
     being written by another harness (it or a directory above it); the config is validated
     (composed, typed, planned: what would be refused later is refused now, exit 2, nothing
-    written); then the directory's lock is taken and held to the run's end, and resume=true
+    written); then the directory's lock is taken and held to the run's end, and run.resume=true
     decides whether the run's record stands (app.resume_skips: exit 0, nothing written)."""
 
     def __init__(self) -> None:
@@ -185,7 +185,7 @@ class RunGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra turns a callback's exception into a warning and runs the job: every error here
-        is said in one line and ends the run (debug=true or HYDRA_FULL_ERROR=1: all of it)."""
+        is said in one line and ends the run (run.debug=true or HYDRA_FULL_ERROR=1: all of it)."""
         try:
             self.check(config)
         except Exception as e:  # noqa: BLE001 - composition, interpolation, planning: one line either way
@@ -205,7 +205,6 @@ class RunGuard(Callback):
         from harness.frontend.compose import to_config
         from harness.config import ConfigError, check_values
         from harness.records.locks import Busy, DirLock, check_free, run_files, sweep_of, unsafe_dir, unsafe_files
-        from harness.records.record import point_key
 
         HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
         cwd = str(config.hydra.runtime.cwd)
@@ -216,14 +215,14 @@ class RunGuard(Callback):
         if (sweep := sweep_of(out)) is not None:
             what = "a sweep's directory" if sweep == out else f"a job directory of the sweep {sweep}"
             _refuse(f"hydra.run.dir={where}: {what}, whose records are the sweep's; run it again as part of the sweep "
-                    f"(python -m harness -m <its keys> hydra.sweep.dir={sweep} resume=true); nothing written")
+                    f"(python -m harness -m <its keys> hydra.sweep.dir={sweep} run.resume=true); nothing written")
         try:
             check_free(out)
         except Busy as e:
             _refuse(str(e))
-        if config.repeats != 1:
-            _refuse(f"repeats={config.repeats}: repeats are points of a sweep (allowed: 1 here; "
-                    f"python -m harness -m ... repeats={config.repeats} runs each point that many times)")
+        if config.run.repeats != 1:
+            _refuse(f"run.repeats={config.run.repeats}: repeats are points of a sweep (allowed: 1 here; "
+                    f"python -m harness -m ... run.repeats={config.run.repeats} runs each point that many times)")
         # interpolations resolved first: one that fails is said as the command line wrote it (harness.frontend.cli)
         OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), resolve=True)
         try:
@@ -240,7 +239,7 @@ class RunGuard(Callback):
             # refusal of the plan needs
             from harness.job import rerun_statuses
 
-            rerun_statuses(c.rerun)
+            rerun_statuses(c.run.rerun)
         except ConfigError as e:
             _refuse(str(e))
         if why := unsafe_files(out, run_files(config)):
@@ -251,9 +250,9 @@ class RunGuard(Callback):
             _refuse(str(e))
         except OSError as e:
             _refuse(f"hydra.run.dir={where}: cannot create it ({e.strerror})")
-        if c.resume and (why := resume_skips(out, config, point_key(_task_overrides(config)))):
+        if c.run.resume and (why := resume_skips(out, config)):
             name = config.hydra.job.override_dirname or "default"
-            print(f"harness: {name}: {why}, skipped (resume=true)", flush=True)
+            print(f"harness: {name}: {why}, skipped (run.resume=true)", flush=True)
             self.on_run_end(config)
             sys.exit(0)
 
@@ -267,7 +266,7 @@ class SweepSummary(Callback):
     """After a sweep: how many jobs ran ok, were skipped (theory over memory_budget_gib), which
     failed (or left a corrupt record, or none); exit 1 if any did. One record per point, its
     newest (a point's older records are superseded: listed, not counted). What harness's sweeper
-    tells it (`note`): the points resume=true kept and why it ran others again, jobs another
+    tells it (`note`): the points run.resume=true kept and why it ran others again, jobs another
     harness was writing (not run), and the job that found the disk full (the sweep stopped
     there). Records are read through result.read: never a FIFO or a device."""
 
@@ -282,7 +281,7 @@ class SweepSummary(Callback):
         self.notes = {}
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.records.record import point_of, started_at
+        from harness.records.identity import point_of, started_at
         from harness.report.load import superseded
 
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -294,7 +293,7 @@ class SweepSummary(Callback):
             try:
                 r = read(path)
                 status[job] = r.status
-                entries.append((job, point_of({"provenance": r.provenance}, path.parent), started_at(
+                entries.append((job, point_of({"config": r.config, "provenance": r.provenance}, path.parent), started_at(
                     {"provenance": r.provenance}, path), True))
             except RecordError:
                 status[job] = "corrupt"
@@ -315,7 +314,7 @@ class SweepSummary(Callback):
         notes = {"resume": record.get("resume"), **self.notes}  # the sweeper's in this process; sweep.json's else
         skipped = record.get("skipped") or []
         if skipped:
-            counts += f"{', ' if counts else ''}{len(skipped)} skipped (cannot run; skip_invalid=true)"
+            counts += f"{', ' if counts else ''}{len(skipped)} skipped (cannot run; run.skip_invalid=true)"
         print(f"harness: sweep {sweep_dir}: {counts or 'no records'}", flush=True)
         resume = notes.get("resume") or {}
         if resume.get("kept") or resume.get("rerun"):
@@ -332,7 +331,7 @@ class SweepSummary(Callback):
         bad += [job for job, _ in locked if job not in bad]
         if full := notes.get("disk_full"):
             print(f"harness: disk full: {full['job']} hit it ({full['error']}); the sweep stopped there, "
-                  f"{full.get('not_run', 0)} point(s) not run (resume=true runs them once there is space)",
+                  f"{full.get('not_run', 0)} point(s) not run (run.resume=true runs them once there is space)",
                   file=sys.stderr)
             if full["job"] not in bad:
                 bad.append(full["job"])

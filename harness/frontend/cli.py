@@ -4,7 +4,7 @@ schema raises said in one line, `harness: error: <key>=<value>: <what is allowed
 Hydra composes and checks the config against the typed schema (harness/config.py, struct
 mode: an unknown key or a value of the wrong type is refused); a sweep's points are each
 planned before the first job runs (harness/frontend/sweeper.py). This module only turns what they
-raise into one line: `debug=true` or HYDRA_FULL_ERROR=1 shows the full error instead.
+raise into one line: `run.debug=true` or HYDRA_FULL_ERROR=1 shows the full error instead.
 Tab completion (`-sc install=bash`), `--config-dir` presets, interpolations (`microbatches=${pp}`)
 and quoted values are Hydra's own.
 """
@@ -26,7 +26,7 @@ _FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-d
                      "-sc", "--experimental-rerun", "--info", "-i", "--package", "-p", "--cfg", "-c"}
 _FAULT_PART = re.compile(r"[a-z]+@rank\d+")
 _STEP_PART = re.compile(r"step\d+")
-_TRUE = re.compile(r"^\+{0,2}debug=(true|True|TRUE|yes|1)$")
+_TRUE = re.compile(r"^\+{0,2}run\.debug=(true|True|TRUE|yes|1)$")
 
 
 def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str], str | None, Scratch | None]:
@@ -51,11 +51,12 @@ def torchrun_overrides(argv: list[str], env: dict[str, str]) -> tuple[list[str],
 
 
 def quote_fault(arg: str) -> str:
-    """`fault=raise@rank1,step2`, as the README writes it, is one value, not a sweep over
+    """`run.fault=raise@rank1,step2`, as the README writes it, is one value, not a sweep over
     `raise@rank1` and `step2` nor Hydra's "ambiguous value": its halves are quoted together
-    (also within a sweep: `fault=raise@rank1,step0,kill@rank0,step0,null`)."""
+    (also within a sweep: `run.fault=raise@rank1,step0,kill@rank0,step0,null`; the old
+    top-level `fault=` too, so that it is told where the key moved)."""
     key, eq, value = arg.partition("=")
-    if not eq or key.lstrip("+") != "fault" or value[:1] in ("'", '"', "[", "{") or "(" in value:
+    if not eq or key.lstrip("+") not in ("run.fault", "fault") or value[:1] in ("'", '"', "[", "{") or "(" in value:
         return arg
     parts, out, i = value.split(","), [], 0
     while i < len(parts):
@@ -168,7 +169,7 @@ def main() -> None:
     except KeyboardInterrupt:  # between jobs: nothing was running, every record is complete
         print("harness: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # noqa: BLE001 - every error the user can cause is one line (debug=true: all of it)
+    except Exception as e:  # noqa: BLE001 - every error the user can cause is one line (run.debug=true: all of it)
         if full:
             raise
         fail(hydra_problem(e, overrides_of(argv), sweep="-m" in argv or "--multirun" in argv))

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import (BASES, OPTIONS, ClusterConfig, Config, ConfigError, check_cluster, job_dirname,
-                            option_class, unknown_key)
+                            option_class, unknown_key, upgrade_config)
 from harness.frontend.errors import hydra_problem, omegaconf_problem
 from harness.schedules.registry import SCHEDULES
 
@@ -83,8 +83,10 @@ def to_config(cfg: DictConfig, cwd: str | Path | None = None) -> Config:
 
 
 def config_from_dict(d: dict) -> Config:
-    """A Config from its dict (a record's `config`, a calibration job's), each group as its
-    option's dataclass, typed and checked by OmegaConf; ConfigError (one line)."""
+    """A Config from its dict (a record's `config`, a calibration job's; one written before run
+    control had its own section read as if it had), each group as its option's dataclass, typed
+    and checked by OmegaConf; ConfigError (one line)."""
+    d = upgrade_config(d)
     groups = {g: option_class(g, str((d.get(g) or {}).get("name", base.name))) for g, base in
               ((g, BASES[g]()) for g in BASES)}
     schema = OmegaConf.structured(Config(**{g: cls() for g, cls in groups.items()}))

@@ -5,7 +5,7 @@ two things. Built on Hydra's public plugin API (hydra.plugins.sweeper.Sweeper, h
 1. Every point is checked before the first job runs: composed, typed (`to_config`) and planned
    (`plan.make_plan`, which raises ConfigError in one line). A sweep with points that cannot
    run lists them, one line each (the point's swept overrides and why), runs nothing and exits
-   2; with `skip_invalid=true` it lists them as skipped and runs the others (job numbers stay
+   2; with `run.skip_invalid=true` it lists them as skipped and runs the others (job numbers stay
    the points' own, so `<n>_...` means the same point with or without skipping).
 2. Each point's config is composed cheaply. Hydra composes a job's config from scratch
    (defaults list, every YAML file, the merge: ~0.1 s) and the basic sweeper does it twice per
@@ -148,7 +148,8 @@ class Sweeper(HydraSweeper):
         self.launcher: Any = None
         self._hydra_set = False
         self.job_dirs: dict[int, Path] = {}  # point -> its job directory (checked points)
-        self.asked: dict[int, tuple[dict, dict]] = {}  # resume=true: point -> (planned config, provenance)
+        self.hashes: dict[int, str] = {}  # point -> its identity (harness/records/identity.py point_hash; checked points)
+        self.asked: dict[int, tuple[dict, dict]] = {}  # run.resume=true: point -> (planned config, provenance)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -191,17 +192,18 @@ class Sweeper(HydraSweeper):
                 plan = make_plan(c, r.nodes * r.gpus_per_node or cuda_devices,
                                  ranks_here=r.tasks_per_node if r.nodes > 1 or r.tasks_per_node > 1 else None)
             self.job_dirs[index] = job_dir(cfg)
-            if c.resume:  # what resume compares a point's earlier record with (harness/job.py resume_why_not)
+            from harness.records.identity import point_hash, provenance
+
+            self.hashes[index] = point_hash(plan.config)  # the resolved point: pp=02 is pp=2, a default is a default
+            if c.run.resume:  # what resume compares a point's earlier record with (harness/job.py resume_why_not)
                 from dataclasses import asdict
 
-                from harness.records.record import provenance
-
-                self.asked[index] = (asdict(plan.config), provenance(plan.config, None))
+                self.asked[index] = (asdict(plan.config), provenance(plan.config, self.hashes[index]))
             self.composer.keep(point, cfg)  # launched as checked, not composed again
         except ConfigError as e:
             return str(e)
         except Exception as e:  # noqa: BLE001 - composition (Hydra, OmegaConf) or planning: one line either way
-            if os.environ.get(FULL_ERRORS_ENV) == "1":  # debug=true or HYDRA_FULL_ERROR=1: the whole error
+            if os.environ.get(FULL_ERRORS_ENV) == "1":  # run.debug=true or HYDRA_FULL_ERROR=1: the whole error
                 raise
             return hydra_problem(e, list(point))
         return None
@@ -221,33 +223,33 @@ class Sweeper(HydraSweeper):
             print(f"harness: error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
         one_repeats(points)
-        points = repeated(points, OmegaConf.select(self.config, "repeats", default=1))
+        points = repeated(points, OmegaConf.select(self.config, "run.repeats", default=1))
         varying = {i for i in range(len(points[0]) if points else 0) if len({p[i] for p in points}) > 1}
 
         cuda = functools.cache(cuda_devices)  # imports torch: only once a point passes the schema
         if len(points) >= 100:
             print(f"[harness] planning {len(points)} sweep points before the first job", flush=True)
         bad = [(i, p, why) for i, p in enumerate(points) if (why := self.problem(i, p, cuda)) is not None]
-        skip = bool(OmegaConf.select(self.config, "skip_invalid", default=False))
+        skip = bool(OmegaConf.select(self.config, "run.skip_invalid", default=False))
         if bad and not skip:
             for _, p, why in bad:
                 print(f"harness: error: [{shown(p, varying)}] {why}", file=sys.stderr)
             rest = len(points) - len(bad)
             print(f"harness: error: {len(bad)} of {len(points)} sweep points cannot run; nothing ran"
-                  + (f" (skip_invalid=true runs the other {rest})" if rest else ""), file=sys.stderr, flush=True)
+                  + (f" (run.skip_invalid=true runs the other {rest})" if rest else ""), file=sys.stderr, flush=True)
             sys.exit(2)
         skipped = [f"[{shown(p, varying)}] {why}" for _, p, why in bad]
         for line in skipped:
             print(f"harness: skipped: {line}", file=sys.stderr)
         if bad:
-            print(f"harness: skipping {len(bad)} of {len(points)} sweep points that cannot run (skip_invalid=true)",
+            print(f"harness: skipping {len(bad)} of {len(points)} sweep points that cannot run (run.skip_invalid=true)",
                   file=sys.stderr, flush=True)
 
         from harness.job import rerun_statuses
         from harness.records.locks import Busy, DirLock
 
         try:
-            rerun = rerun_statuses(OmegaConf.select(self.config, "rerun", default=None))
+            rerun = rerun_statuses(OmegaConf.select(self.config, "run.rerun", default=None))
         except ConfigError as e:
             print(f"harness: error: {e}", file=sys.stderr, flush=True)
             sys.exit(2)
@@ -281,38 +283,43 @@ class Sweeper(HydraSweeper):
         if (summary := self._summary()) is not None:
             summary.note(**notes)
 
-    def _resume(self, points: list[Sequence[str]], ids: list[str], launch: list[int], varying: set[int],
+    def _resume(self, points: list[Sequence[str]], ids: list[str | None], launch: list[int], varying: set[int],
                 sweep_dir: Path, rerun: frozenset[str]) -> tuple[set[int], dict]:
-        """resume=true: the points whose newest record stands (found by their overrides, whatever
-        their job number: harness/job.py resume_why_not), not launched; said one line each, and
-        why the others with a record run again."""
+        """run.resume=true: the points whose record stands, not launched; said one line each, and
+        why the others with a record run again. A point's records are found by its identity
+        (harness/records/identity.py: its resolved config, whatever its job number or how its
+        overrides were written); of them, the newest made from what is asked now (the same
+        content_hash: code and input files) is the one judged, else the newest (whose
+        difference is then said: harness/job.py resume_why_not)."""
         from harness.job import resume_why_not
-        from harness.records.record import point_of, started_at
+        from harness.records.identity import point_of, started_at
         from harness.report.load import scan
         from harness.records.result import RecordError, read
 
-        newest: dict[str, tuple[float, Any, Path]] = {}
+        found: dict[str, list[tuple[float, str, Any, Path]]] = {}
         for path in scan(sweep_dir).records:
             try:
                 r = read(path)
             except RecordError:
                 continue
-            point = point_of({"provenance": r.provenance}, path.parent)
-            when = started_at({"provenance": r.provenance}, path)
-            if point is not None and (point not in newest or when > newest[point][0]):
-                newest[point] = (when, r, path.parent)
+            point = point_of({"config": r.config, "provenance": r.provenance}, path.parent)
+            if point is not None:
+                found.setdefault(point, []).append((started_at({"provenance": r.provenance}, path), str(path), r,
+                                                    path.parent))
         kept, said = set(), {"kept": [], "rerun": []}
         for i in launch:
-            if i not in self.asked:  # a point that says resume=false itself
+            if i not in self.asked:  # a point that says run.resume=false itself
                 continue
-            _, stored, where = newest.get(ids[i], (0.0, None, self.job_dirs.get(i, sweep_dir)))
             config, asked = self.asked[i]
+            records = sorted(found.get(ids[i] or "", []), key=lambda t: t[:2], reverse=True)
+            same = [t for t in records if (t[2].provenance or {}).get("identity") == asked["identity"]]
+            _, _, stored, where = (same or records or [(0.0, "", None, self.job_dirs.get(i, sweep_dir))])[0]
             why = resume_why_not(stored, where, config, asked, rerun)
             if why is None:
                 kept.add(i)
                 said["kept"].append(where.name)
                 print(f"harness: [{shown(points[i], varying)}] {stored.status} in an earlier run ({where.name}), "
-                      "skipped (resume=true)", flush=True)
+                      "skipped (run.resume=true)", flush=True)
             elif stored is not None:
                 said["rerun"].append([self.job_dirs[i].name, why])
                 print(f"harness: [{shown(points[i], varying)}] running it again ({where.name}): {why}", flush=True)
@@ -321,23 +328,28 @@ class Sweeper(HydraSweeper):
     def _run(self, points: list[Sequence[str]], bad: list, varying: set[int], skipped: list[str], sweep_dir: Path,
              rerun: frozenset[str]) -> Any:
         from harness.records.atomic import write_json_atomic, write_text
-        from harness.records.record import point_ids
+        from harness.records.identity import point_ids
 
-        ids = point_ids([list(p) for p in points])
-        _POINT_IDS.update({(os.path.abspath(sweep_dir), i): pid for i, pid in enumerate(ids)})
+        ids = point_ids([self.hashes.get(i) for i in range(len(points))])
+        _POINT_IDS.update({(os.path.abspath(sweep_dir), i): pid for i, pid in enumerate(ids) if pid is not None})
         left_out = {i for i, _, _ in bad}
         resumed: dict = {}
-        if OmegaConf.select(self.config, "resume", default=False):
+        if OmegaConf.select(self.config, "run.resume", default=False):
             kept, resumed = self._resume(points, ids, [i for i in range(len(points)) if i not in left_out], varying,
                                          sweep_dir, rerun)
             left_out |= kept
-        if why := others_records({i: d for i, d in self.job_dirs.items() if i not in left_out}, points, varying):
+        if why := others_records({i: d for i, d in self.job_dirs.items() if i not in left_out}, points, varying,
+                                      self.hashes):
             print(f"harness: error: {why}; nothing run", file=sys.stderr, flush=True)
             sys.exit(2)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         # what the progress and summary callbacks read (and a user may: which points were left out, why)
+        # jobs: each job directory's point, this sweep's and earlier runs' into it (a directory without a
+        # record is superseded by a newer record of its point: harness/report/load.py)
+        jobs = {**_earlier_jobs(sweep_dir), **{self.job_dirs[i].name: ids[i] for i in range(len(points))
+                                               if i not in left_out and i in self.job_dirs and ids[i]}}
         record = {"points": len(points), "launched": len(points) - len(left_out), "skipped": skipped,
-                  **({"resume": resumed} if resumed else {}), "point_ids": ids}
+                  **({"resume": resumed} if resumed else {}), "point_ids": ids, "jobs": jobs}
         try:
             write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))  # OmegaConf.save's text, atomically
             write_json_atomic(sweep_dir / SWEEP_RECORD, record)
@@ -386,7 +398,7 @@ class Sweeper(HydraSweeper):
                             lock.release()
                     full = None
                     for k, r in enumerate(results):
-                        value = r.return_value  # a job's exception (debug=true) ends the sweep, as Hydra's sweeper does
+                        value = r.return_value  # a job's exception (run.debug=true) ends the sweep, as Hydra's sweeper does
                         if isinstance(value, dict) and value.get("status") == "locked":
                             locked.append([self._job_name(start + k), str(value.get("error"))])
                         if isinstance(value, dict) and value.get("disk_full") and full is None:
@@ -430,11 +442,10 @@ class Sweeper(HydraSweeper):
               file=sys.stderr, flush=True)
 
 
-def point_id(sweep_dir: Path, num: int, overrides: list[str]) -> str:
-    """A sweep job's identity (harness/records/record.py point_ids) as its sweeper named it: from this
-    process, else from <sweep dir>/sweep.json (a job run elsewhere), else its point_key."""
-    from harness.records.record import point_key
-
+def point_id(sweep_dir: Path, num: int) -> str | None:
+    """A sweep job's identity (harness/records/identity.py point_ids) as its sweeper named it: from
+    this process, else from <sweep dir>/sweep.json (a job run elsewhere); None where neither
+    says (the job's own config then names it: identity.point_hash)."""
     if (found := _POINT_IDS.get((os.path.abspath(sweep_dir), num))) is not None:
         return found
     try:
@@ -447,7 +458,22 @@ def point_id(sweep_dir: Path, num: int, overrides: list[str]) -> str:
             return ids[num]
     except (OSError, ValueError, AttributeError):
         pass
-    return point_key(overrides)
+    return None
+
+
+def _earlier_jobs(sweep_dir: Path) -> dict[str, str]:
+    """sweep.json's `jobs` as an earlier run into this sweep directory left it ({} if none)."""
+    import json
+
+    from harness.records.safe_io import FileRefused, read_bytes
+
+    try:
+        jobs = json.loads(read_bytes(sweep_dir / SWEEP_RECORD, SWEEP_RECORD, "result")).get("jobs")
+    except (FileRefused, ValueError, AttributeError):
+        return {}
+    if not isinstance(jobs, dict):
+        return {}
+    return {k: v for k, v in jobs.items() if isinstance(k, str) and isinstance(v, str) and (sweep_dir / k).is_dir()}
 
 
 _OWN_SUBDIR = ("allowed: a relative path inside hydra.sweep.dir, without '..', different for every point, "
@@ -483,30 +509,37 @@ def job_dirs_problem(sweep_dir: Path, dirs: dict[int, Path], points: list[Sequen
     return None
 
 
-def others_records(dirs: dict[int, Path], points: list[Sequence[str]], varying: set[int]) -> str | None:
+def others_records(dirs: dict[int, Path], points: list[Sequence[str]], varying: set[int],
+                   hashes: dict[int, str]) -> str | None:
     """Why the points about to run would replace another point's record, or None: a job directory
     named by its number alone (hydra.sweep.subdir=${hydra.job.num}) held a different point in an
-    earlier sweep whose values came in another order. Which point a directory holds is read the
-    same way for both sides, by this code: from Hydra's .hydra/overrides.yaml there (record.point_of),
-    else from its record's provenance; a record of the same point is replaced, as a rerun's is.
-    Reads only regular files (result.read, record.point_of)."""
-    from harness.records.record import RESULT, point_key, point_of
+    earlier sweep whose values came in another order. Which point a directory holds is what
+    identity.point_of says (its record's identity, computed from the stored config for a record
+    of an older schema; for a directory without a record, what sweep.json says it was), compared
+    with the identity of the point about to run (`hashes`); where only Hydra's overrides name it
+    (a record from before provenance), with that point's overrides. A record of the same point
+    is replaced, as a rerun's is. Reads only regular files (result.read, identity.point_of)."""
+    from harness.records.identity import is_point_hash, point_key, point_of, repeat_suffix
+    from harness.records.record import RESULT
     from harness.records.result import RecordError, read
 
-    def base(point: str) -> str:  # ' #2': a point repeated with other run control alone (record.point_ids)
-        return re.sub(r" #\d+$", "", point)
+    def base(point: str) -> str:  # ' #2': a point repeated with other run control alone (identity.point_ids)
+        return point[:len(point) - len(repeat_suffix(point))]
 
     clashes = []
     for i, d in sorted(dirs.items()):
         if not d.is_dir():
             continue
-        theirs = point_of({}, d)
-        if theirs is None and (d / RESULT).exists():
+        record: dict = {}
+        if (d / RESULT).exists():
             try:
-                theirs = point_of({"provenance": read(d / RESULT).provenance}, d)
+                r = read(d / RESULT)
+                record = {"config": r.config, "provenance": r.provenance}
             except RecordError:
-                theirs = None
-        if theirs is not None and base(theirs) != base(point_key(list(points[i]))):
+                pass
+        theirs = point_of(record, d)
+        mine = hashes.get(i) if theirs is not None and is_point_hash(theirs) else point_key(list(points[i]))
+        if theirs is not None and mine is not None and base(theirs) != base(mine):
             clashes.append((i, d, theirs))
     if not clashes:
         return None
@@ -588,10 +621,10 @@ def repeated(points: list[Sequence[str]], repeats: Any) -> list[Sequence[str]]:
     if repeats == 1 or not points:
         return points
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        print(f"harness: error: repeats={repeats!r}: must be an integer >= 1", file=sys.stderr, flush=True)
+        print(f"harness: error: run.repeats={repeats!r}: must be an integer >= 1", file=sys.stderr, flush=True)
         sys.exit(2)
     if any(o.split("=", 1)[0].lstrip("+~") == "repeat" for o in points[0]):
-        print(f"harness: error: repeats={repeats} with repeat swept too: repeats makes repeat=0..{repeats - 1} "
+        print(f"harness: error: run.repeats={repeats} with repeat swept too: run.repeats makes repeat=0..{repeats - 1} "
               "(allowed: one or the other)", file=sys.stderr, flush=True)
         sys.exit(2)
     return [[*p, f"repeat={r}"] for r in range(repeats) for p in points]

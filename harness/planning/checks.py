@@ -135,10 +135,10 @@ def _check_executor(c: Config, executor: Executor, cuda_devices: int, here: int)
     if c.tp > 1 and c.memory_budget_gib is not None:
         raise ConfigError(f"memory_budget_gib={c.memory_budget_gib}: the memory theory does not model tp > 1 yet "
                           f"(tp={c.tp}; allowed: memory_budget_gib=null with tp > 1)")
-    if here > c.max_processes and not executor.simulated:  # a simulated executor starts no process
+    if here > c.run.max_processes and not executor.simulated:  # a simulated executor starts no process
         sizes = f"pp={c.pp} x dp={c.dp}" + (f" x tp={c.tp}" if c.tp > 1 else "")
         raise ConfigError(f"{sizes}: {here} processes on this machine, more than "
-                          f"max_processes={c.max_processes}")
+                          f"run.max_processes={c.run.max_processes}")
     if c.device == "cuda" and cuda_devices == 0 and not executor.simulated:  # sim models a GPU run, runs none
         raise ConfigError("device=cuda: no CUDA device here (use device=cpu or device=auto)")
 
@@ -170,19 +170,19 @@ def _check_run(c: Config, executor: Executor) -> None:
 
 def _check_faults(c: Config, executor: Executor) -> None:
     try:
-        fault = parse_fault(c.fault)
+        fault = parse_fault(c.run.fault)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if fault and fault.where == "launch" and executor.runner is None:
-        raise ConfigError(f"fault={c.fault}: executor={c.executor} starts no worker, so there is no launch to "
+        raise ConfigError(f"run.fault={c.run.fault}: executor={c.executor} starts no worker, so there is no launch to "
                           f"interrupt (allowed with executor={c.executor}: term@start, term@plan, term@records, "
                           "term@end)")
     world = c.pp * c.dp * c.tp
     if fault and fault.rank is not None and not (fault.rank < world and fault.step < c.warmup_steps + c.steps):
-        raise ConfigError(f"fault={c.fault}: rank or step outside this run ({world} ranks, "
+        raise ConfigError(f"run.fault={c.run.fault}: rank or step outside this run ({world} ranks, "
                           f"{c.warmup_steps + c.steps} steps)")
     if fault and fault.kind not in executor.faults:
-        raise ConfigError(f"fault={c.fault}: executor={c.executor} honours "
+        raise ConfigError(f"run.fault={c.run.fault}: executor={c.executor} honours "
                           f"{', '.join(executor.faults) or 'no faults'}")
 
 
@@ -343,11 +343,11 @@ def _check_modeled_time(c: Config, executor: Executor, model: BuiltModel) -> Non
         raise ConfigError(f"{key}={value}: the modeled step is at least {step:,.4g} s, more than {MAX_STEP_S:,} s, a "
                           "week (allowed: a modeled step within a week; it is slept, simulated and timed out)")
     steps = c.warmup_steps + c.steps
-    if c.timeout_s is None and not executor.simulated and 60 + 10 * step * steps > MAX_STEP_S:
+    if c.run.timeout_s is None and not executor.simulated and 60 + 10 * step * steps > MAX_STEP_S:
         key, value = ("steps", c.steps) if step <= 3600 else (key, value)  # a sane step: the count is at fault
         raise ConfigError(f"{key}={value}: {steps:,} steps of a modeled step of at least {step:,.4g} s set a watchdog "
                           f"(60 s + 10x the modeled run) past {MAX_STEP_S:,} s, a week (allowed: a shorter run, or "
-                          f"timeout_s=<seconds up to {MAX_STEP_S:,}>)")
+                          f"run.timeout_s=<seconds up to {MAX_STEP_S:,}>)")
 
 
 def _gib(n: int) -> str:

@@ -306,10 +306,10 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     plan = Plan(c, schedule, tuple(partition.bounds), partition, dict(enumerate(art.compiled.owner)), cost, device, backend,
                 transport, model, tuple(notes), cores, on_host, crowded and c.compute == "real")
     plan.derived["artifacts"] = art
-    if c.timeout_s is None:  # 60 s to start, then 10x the modeled run: a hang ends, a slow run does not
+    if c.run.timeout_s is None:  # 60 s to start, then 10x the modeled run: a hang ends, a slow run does not
         step_s = plan.modeled_step_s()
-        plan = replace(plan, config=replace(c, timeout_s=round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1)),
-                       derived=plan.derived)
+        timeout_s = round(60.0 + 10 * step_s * (c.warmup_steps + c.steps), 1)
+        plan = replace(plan, config=replace(c, run=replace(c.run, timeout_s=timeout_s)), derived=plan.derived)
     return plan
 
 

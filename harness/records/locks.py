@@ -1,6 +1,6 @@
 """One writer per run or sweep directory, and only where a run may write.
 
-- A second harness writing into the same directory (two sweeps, two `resume=true` runs, a run
+- A second harness writing into the same directory (two sweeps, two `run.resume=true` runs, a run
   into a sweep's job, a run into a directory below one being written) is refused in one line
   instead of mixing its records with the first's, before it writes anything. An advisory flock
   on `.harness.lock`, held while the run, the sweep or the sweep's job lasts and released by
@@ -11,7 +11,7 @@
   current directory, the home directory, a directory holding the harness's source (the
   repository and above) or one inside it (the package, a directory git tracks files in).
 - `sweep_of` says when a directory is a sweep's (or one of its jobs'): a single run there is
-  refused (the sweep owns its records; `-m ... resume=true` reruns a job).
+  refused (the sweep owns its records; `-m ... run.resume=true` reruns a job).
 - `unsafe_files` refuses a directory where a file the harness (or Hydra for it) writes is there
   already and is not a regular file (a symlink, a FIFO: harness/records/atomic.py), before anything
   is written: the lock file itself is opened without following a link or blocking on a FIFO.

@@ -10,7 +10,6 @@ import os
 import platform
 import re
 import socket
-import stat
 import subprocess
 import time
 from collections import Counter
@@ -25,7 +24,6 @@ from harness.records.jsonsafe import strict
 from harness.records.safe_io import check, read_text
 from harness.records.result import Env
 from harness.measure.trace import COMPUTE, Event, Trace
-from harness.schedules.registry import SCHEDULES
 
 if TYPE_CHECKING:
     from harness.measure.execution import Execution, RankReport
@@ -60,140 +58,6 @@ def environment(plan: "Plan") -> Env:
     return Env(torch=torch.__version__, python=platform.python_version(), device=device, device_name=name,
                world_size=world, git_commit=commit, hostname=socket.gethostname(), cpu_count=os.cpu_count(),
                cores=plan.cores, ranks_on_host=plan.ranks_on_host, oversubscribed=plan.oversubscribed)
-
-
-# -- what a record was made from (result.json's `provenance`): what resume compares ----------
-
-# keys that say how a job runs, not what it measures: never part of a point or its content
-RUN_CONTROL = ("resume", "rerun", "debug", "skip_invalid", "fault", "timeout_s", "wandb", "repeats", "hydra")
-
-
-def point_key(overrides: "list[str] | tuple[str, ...]") -> str:
-    """A sweep point as its overrides, run control left out, sorted: the same point whatever
-    its job number or the order the command line gave its values in."""
-    kept = []
-    for o in overrides:
-        key = str(o).split("=", 1)[0].lstrip("+~")
-        if key.split(".", 1)[0] not in RUN_CONTROL:
-            kept.append(str(o).lstrip("+"))
-    return " ".join(sorted(kept))
-
-
-def point_ids(points: "list[list[str]]") -> list[str]:
-    """Each point's identity in its sweep: its `point_key`, and where several points share one
-    (they differ in run control alone: `fault=null,term@launch,null`), ` #2`, ` #3`, ... on the
-    second and later, in sweep order."""
-    seen: Counter = Counter()
-    out = []
-    for p in points:
-        key = point_key(p)
-        seen[key] += 1
-        out.append(key if seen[key] == 1 else f"{key} #{seen[key]}")
-    return out
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> dict:
-    """{commit, dirty, diff_sha256}: the harness's commit (full), whether its code (harness/,
-    hydra_plugins/) differs from it, and a hash of that difference. Asked once per process: the
-    code that runs is what was imported. Nulls where git cannot say (an installed copy)."""
-    import hashlib
-
-    here = Path(__file__).resolve().parents[1]  # the harness package
-
-    def git(*args: str) -> str | None:
-        try:
-            p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=here, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return p.stdout if p.returncode == 0 else None
-
-    commit = (git("rev-parse", "HEAD") or "").strip() or None
-    if commit is None:
-        return {"commit": None, "dirty": None, "diff_sha256": None}
-    diff = git("diff", "HEAD", "--no-ext-diff", "--", ".", "../hydra_plugins")
-    dirty = None if diff is None else bool(diff)
-    return {"commit": commit, "dirty": dirty,
-            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None}
-
-
-def _sha256(path: Path) -> str | None:
-    import hashlib
-
-    try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-    except OSError:
-        return None
-
-
-def input_files(config: Any) -> dict[str, str]:
-    """key -> path of every file a run with this Config reads beside the harness: the profile,
-    a CSV schedule, a custom model's source file, the records a generated schedule's costs come
-    from."""
-    out: dict[str, str] = {}
-    if getattr(config, "profile", None):
-        out["profile"] = str(config.profile)
-    entry = SCHEDULES.get(config.schedule.name)
-    if entry is not None:  # the files its entry names (a CSV schedule's, the run a generated one's costs come from)
-        out.update(entry.files(config.schedule))
-    target = getattr(config.model, "target", None)
-    if config.model.name == "custom" and target:
-        module = target.rpartition(":")[0]
-        if module.endswith(".py") or "/" in module or os.sep in module:
-            out["model.target"] = str(Path(module).expanduser().resolve())
-        else:
-            try:
-                import importlib.util
-
-                spec = importlib.util.find_spec(module)
-                if spec is not None and spec.origin and os.path.isfile(spec.origin):
-                    out["model.target"] = spec.origin
-            except (ImportError, ValueError):
-                pass
-    return out
-
-
-def provenance(config: Any, point: str | None, started: float | None = None) -> dict:
-    """result.json's `provenance`: the point (`point_ids`: its overrides, run control left out;
-    null outside a Hydra job), the code (`code_version`), each file it reads ({key: {path,
-    sha256}}: `input_files`) and when it started (ISO 8601, UTC): with the config, what
-    resume=true compares."""
-    return {"point": point, "code": dict(code_version()),
-            "files": {k: {"path": p, "sha256": _sha256(Path(p))} for k, p in input_files(config).items()},
-            "started_at": _iso(time.time() if started is None else started)}
-
-
-def point_of(record: dict, run_dir: Path) -> str | None:
-    """A record's point (`point_key`): its provenance's, or, for a record written before it had
-    one, from the job's .hydra/overrides.yaml; None where neither says."""
-    prov = record.get("provenance")
-    if isinstance(prov, dict) and isinstance(prov.get("point"), str):
-        return prov["point"]
-    path = Path(run_dir) / ".hydra" / "overrides.yaml"
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode) or os.stat(path).st_size > 2**20:
-            return None
-        import yaml
-
-        overrides = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - unreadable, or not YAML: no point known
-        return None
-    return point_key(overrides) if isinstance(overrides, list) else None
-
-
-def started_at(record: dict, path: Path) -> float:
-    """When a record's job started (provenance), else its file's modification time; 0 unknown."""
-    prov = record.get("provenance")
-    if isinstance(prov, dict) and isinstance(prov.get("started_at"), str):
-        try:
-            return datetime.fromisoformat(prov["started_at"]).timestamp()
-        except ValueError:
-            pass
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
 
 
 # trace.json holds at most this many events (complete + counter): ~165 bytes each, so ~33 MB,

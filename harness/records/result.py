@@ -27,6 +27,14 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   for executor=sim and in older records (one host, one clock). `provenance` (optional, null in
   older records): the point's overrides, the code's commit and dirty flag, a sha256 of every
   file the run reads and when it started (harness/records/record.py `provenance`): what resume compares.
+- 6: run control in its own section: `config.run` holds max_processes, start_method, timeout_s,
+  resume, rerun, skip_invalid, debug, repeats, fault and clock_skew_s (top-level keys before;
+  harness/config.py MOVED). `provenance.point` is the point's identity, the sha256 of its
+  resolved config without run control (`<sha256> #2` for a second point of one identity in a
+  sweep; its overrides before), and `provenance.identity` (new) the sha256 of that, the code and
+  every input file (harness/records/identity.py); `provenance.code.untracked_sha256` (new) the
+  harness's untracked files. Older records are read with both computed from their stored config
+  and provenance, as a new record's are: resume after the upgrade reruns only what changed.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import Any
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class RecordError(ValueError):
@@ -238,7 +246,7 @@ class Result:
     wandb_dir: str | None = None
     trace_json: dict | None = None  # what trace.json kept: steps and events written and dropped (a size cap)
     nulls: list[str] = field(default_factory=list)  # fields written as null because they were not finite numbers
-    provenance: dict | None = None  # point, code, input files' sha256, start (record.provenance): what resume compares
+    provenance: dict | None = None  # point, identity, code, input files' sha256, start (identity.provenance): what resume compares
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict:
@@ -326,6 +334,12 @@ def upgrade(data: Any) -> dict:
         if isinstance(plan.get("schedule"), dict):
             plan["schedule"] = {r: " ".join(map(str, acts)) if isinstance(acts, list) else acts
                                 for r, acts in plan["schedule"].items()}
+    if version < 6 and isinstance(data.get("config"), dict):
+        from harness.config import upgrade_config
+        from harness.records.identity import upgrade_provenance
+
+        data["config"] = upgrade_config(data["config"])
+        data["provenance"] = upgrade_provenance(data.get("provenance"), data["config"])
     data["schema_version"] = SCHEMA_VERSION
     return data
 

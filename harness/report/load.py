@@ -78,10 +78,10 @@ def scan(root: Path) -> Scan:
 
 def superseded(entries: list[tuple[str, str | None, float, bool]]) -> dict[str, str]:
     """{job: the job superseding it} from (job, point, started, has a record) of a sweep's job
-    directories: of the records of one point (record.point_of: its overrides, whatever its job
-    number) the newest stands, the others are superseded, and so is a job directory without a
-    record older than it. Where no point is known (an old record without .hydra/), none is; nor
-    is a record as old as the newest (a copy of it)."""
+    directories: of the records of one point (identity.point_of: its resolved config, whatever
+    its job number) the newest stands, the others are superseded, and so is a job directory without a
+    record older than it. Where no point is known (a job directory its sweep.json does not list),
+    none is; nor is a record as old as the newest (a copy of it)."""
     newest: dict[str, tuple[float, str]] = {}
     for job, point, when, record in entries:
         if point is not None and record and (point not in newest or (when, job) > newest[point]):
@@ -198,7 +198,7 @@ def load_sweep(path: Path) -> Sweep:
 def _newest_per_point(sweep: Sweep, missing: list[Path]) -> None:
     """One record per point: the others (`superseded`) move from runs (and corrupt's missing) to
     sweep.superseded."""
-    from harness.records.record import point_of, started_at
+    from harness.records.identity import point_of, started_at
 
     entries = [(r["_dir"], point_of(r, sweep.path / r["_dir"]), started_at(r, sweep.path / r["_dir"] / RESULT), True)
                for r in sweep.runs]

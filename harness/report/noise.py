@@ -1,6 +1,6 @@
 """Which differences between schedules are within the noise: per setting (everything but the
 schedule and the repeat label alike), each schedule's step time and bubble with a 95% interval,
-and whether it is told apart from the fastest one. With repeats (`repeats=N`, or `repeat=` swept)
+and whether it is told apart from the fastest one. With repeats (`run.repeats=N`, or `repeat=` swept)
 the interval is over the repeats' means (harness/measure/intervals.py, a bootstrap of the mean); with
 one run per point, over that run's measured steps (metrics.intervals)."""
 
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from harness.config import RUN_SECTIONS
 from harness.measure.intervals import interval, overlap
 from harness.report.doc import Block, Heading, Items, Table, Text
 from harness.report.runs import ok, run_ids, schedule_label
 
-IGNORED = ("schedule", "repeat", "repeats", "wandb", "fault", "resume", "debug", "seed")
+IGNORED = ("schedule", "repeat", "seed", *RUN_SECTIONS)
 
 
 def _setting(r: dict) -> tuple:
@@ -40,7 +41,7 @@ def noise_section(runs: list[dict]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Within the noise"),
         Text("Per setting (runs alike in everything but the schedule), each schedule's step time and bubble with "
-             "a 95% interval: over its repeats' means where the sweep repeated it (`repeats=3`), else over its own "
+             "a 95% interval: over its repeats' means where the sweep repeated it (`run.repeats=3`), else over its own "
              "measured steps. A schedule whose step-time interval overlaps the fastest one's is not told apart "
              "from it by these runs: repeat the sweep, or run more steps, to separate them.")]
     settings: dict[tuple, dict[str, list[dict]]] = {}

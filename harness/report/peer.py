@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from harness.config import RUN_SECTIONS
 from harness.report.doc import Block, Heading, Table, Text
 from harness.report.runs import ok, run_id
 
 
 def _same_plan(r: dict) -> tuple:
     """Everything that makes two runs the same plan, except the executor."""
-    c = {k: v for k, v in r["config"].items() if k not in ("executor", "wandb", "fault", "resume", "debug")}
+    c = {k: v for k, v in r["config"].items() if k not in ("executor", *RUN_SECTIONS)}
     return tuple(sorted((k, repr(v)) for k, v in c.items()))
 
 

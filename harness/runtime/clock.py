@@ -101,7 +101,7 @@ def skew_ns(skews: Sequence[float] | None, rank: int) -> int:
         return 0
     s = skews[rank]
     if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-        raise ValueError(f"clock_skew_s[{rank}]={s!r}: must be a finite number of seconds (test-only key)")
+        raise ValueError(f"run.clock_skew_s[{rank}]={s!r}: must be a finite number of seconds (test-only key)")
     return round(s * 1e9)
 
 

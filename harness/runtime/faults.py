@@ -43,7 +43,7 @@ def parse_fault(text: str | None) -> Fault | None:
         return Fault(kind, where=where)
     m = _FAULT.match(text)
     if not m:
-        raise ValueError(f"fault={text}: expected {_FORMS}")
+        raise ValueError(f"run.fault={text}: expected {_FORMS}")
     return Fault(m.group(1), int(m.group(2)), int(m.group(3)))
 
 

@@ -74,7 +74,7 @@ class RankPool:
 
     @staticmethod
     def serves(plan: Plan) -> bool:
-        return plan.device == "cpu" and plan.config.start_method == "forkserver"
+        return plan.device == "cpu" and plan.config.run.start_method == "forkserver"
 
     def ranks(self, ctx: Any, world: int, key: tuple) -> None:
         """Ready for a job of `world` ranks: the running processes if they match `key` and
@@ -148,8 +148,8 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
     # what every rank imports, imported once in the forkserver (a model may bring transformers)
     preload = ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0], "harness.runtime.warm",
                *getattr(plan.model.model, "preload", ())]
-    ctx = _context(plan.config.start_method, preload)
-    fault = parse_fault(plan.config.fault)
+    ctx = _context(plan.config.run.start_method, preload)
+    fault = parse_fault(plan.config.run.fault)
     pooled = pool is not None and pool.serves(plan)
     steps = Steps(plan.world)  # each rank's started steps: the watchdog names the one that stopped
     if pooled:
@@ -160,7 +160,7 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
         procs = [ctx.Process(target=worker_main, args=(r, port, plan, results, runner, steps.path), daemon=True)
                  for r in range(plan.world)]
     reports: dict[int, RankReport] = {}
-    deadline = time.monotonic() + plan.config.timeout_s
+    deadline = time.monotonic() + plan.config.run.timeout_s
     try:
         for r, p in enumerate(procs):
             if p.pid is None:  # a pool's process may be running from an earlier job
@@ -184,7 +184,7 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
                             raise WorkerError(_death(r, p.exitcode)) from None
                 if time.monotonic() > deadline:
                     missing = sorted(set(range(plan.world)) - set(reports))
-                    raise WorkerError(f"timeout_s={plan.config.timeout_s} passed; "
+                    raise WorkerError(f"run.timeout_s={plan.config.run.timeout_s} passed; "
                                       f"{stopped(steps.read(), missing)}") from None
                 continue
             if status != "ok":

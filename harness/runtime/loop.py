@@ -108,7 +108,7 @@ def join_world(rank: int, plan: Plan, rendezvous: str | dist.Store) -> torch.dev
     if not dist.is_initialized():
         how = {"init_method": rendezvous} if isinstance(rendezvous, str) else {"store": rendezvous}
         dist.init_process_group(plan.backend, rank=rank, world_size=plan.world,
-                                timeout=timedelta(seconds=plan.config.timeout_s), **how)
+                                timeout=timedelta(seconds=plan.config.run.timeout_s), **how)
     return device
 
 
@@ -127,7 +127,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     `steps_path`: the launcher's file of each rank's started steps (harness/runtime/progress.py)."""
     device = join_world(rank, plan, rendezvous)
     c = plan.config
-    tracer = Tracer(clock_for(device, skew_ns(c.clock_skew_s, rank)))
+    tracer = Tracer(clock_for(device, skew_ns(c.run.clock_skew_s, rank)))
     layout = Layout(c.pp, c.dp, c.tp)
     dp_group = layout.dp_group(rank)  # collective: before the runner's own groups, on every rank
     # tp > 1: the (pp, dp, tp) DeviceMesh, collective too, next in every rank's order of group creations
@@ -136,7 +136,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     params = runner.parameters()  # tp > 1: DTensors, the optimizer steps their local shards (same storage)
     shards = [local(p) for p in params]
     optimizer = Optimizer(shards, c.lr, c.optimizer, Precision(c.dtype), dp_group if c.zero else None)
-    fault = parse_fault(c.fault)
+    fault = parse_fault(c.run.fault)
     report = RankReport(rank, [], [])
     memory: list[tuple[int, int, int]] = []
     peaks: list[int] = []
@@ -145,7 +145,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     held = {"params": storage_bytes(params), "grads": 0, "optimizer": 0, "activations": None, "peak": None}
     total = c.warmup_steps + c.steps
     # this clock against rank 0's: collective, unless every rank reads this host's one clock
-    report.clock = (same_clock(tracer.clock) if one_host and not c.clock_skew_s else
+    report.clock = (same_clock(tracer.clock) if one_host and not c.run.clock_skew_s else
                     estimate_offset(tracer.clock, plan.backend, device))
     mark = Mark(steps_path, rank)
     gc.disable()  # a collection pause inside a step is jitter; collect between steps instead...
@@ -229,7 +229,7 @@ def pooled_worker_main(rank: int, inbox: Queue, results: Queue) -> None:
     while (job := inbox.get()) is not None:
         port, prefix, plan, runner_path, steps_path = job
         if store is None:
-            store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=plan.config.timeout_s))
+            store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=plan.config.run.timeout_s))
         serve(rank, dist.PrefixStore(prefix, store), plan, results, runner_path, steps_path)
 
 

@@ -150,7 +150,7 @@ def test_forkserver_against_spawn_per_job(benchmark, config, tmp_path: Path):
     fresh interpreter per rank (start_method=spawn), on the same tiny 4-rank job. Timed:
     the forkserver job; extra_info: both medians and their ratio (goal: < 0.5 s a job)."""
     def wall(method: str) -> float:
-        c = config(pp=4, microbatches=2, steps=1, warmup_steps=0, start_method=method)
+        c = config(pp=4, microbatches=2, steps=1, warmup_steps=0, **{"run.start_method": method})
         t0 = time.perf_counter()
         _ok(run_job(c, tmp_path / method, "bench", method))
         return time.perf_counter() - t0
