@@ -108,6 +108,9 @@ BAD = [
     (["seed=1e20"], "seed=1e20: must be an integer"),
     (["seed=100000000000000000000"], "seed=100000000000000000000: must be an integer in 0..9223344366820"),
     (["run.fault=raise@rank9,step2"], "run.fault=raise@rank9,step2: rank or step outside this run"),  # unquoted, as the README
+    # run control moved into run.*: the old key says where it went
+    (["timeout_s=60"], "timeout_s=60: timeout_s moved to run.timeout_s (write run.timeout_s=60)"),
+    (["fault=raise@rank1,step2"], "fault='raise@rank1,step2': fault moved to run.fault"),
     # files that are not what they claim
     (["schedule=csv", "schedule.csv_path=random.csv"], "random.csv: schedule CSV: not UTF-8 text (byte 128 is 0x80)"),
     (["schedule=csv", "schedule.csv_path=idle_rank.csv", "pp=2", "microbatches=1"],
@@ -162,7 +165,7 @@ def test_a_sweep_with_a_bad_point_runs_nothing_and_lists_it(monkeypatch, capsys,
         "per rank <= 8, or raise model.layers)",
         "harness: error: [pp=9 microbatches=2] pp=9: 9 stages, more than the model's 8 layers (allowed: pp x chunks "
         "per rank <= 8, or raise model.layers)",
-        "harness: error: 2 of 4 sweep points cannot run; nothing ran (skip_invalid=true runs the other 2)"]
+        "harness: error: 2 of 4 sweep points cannot run; nothing ran (run.skip_invalid=true runs the other 2)"]
     assert not list((tmp_path / "sweep").rglob("result.json")) and "[harness] job" not in out
 
 
@@ -173,7 +176,7 @@ def test_skip_invalid_runs_the_rest_and_lists_what_it_skipped(monkeypatch, capsy
                              f"hydra.sweep.dir={sweep}")
     assert code == 0, err
     assert "harness: skipped: [pp=9 microbatches=1] pp=9: 9 stages" in err
-    assert "harness: skipping 2 of 4 sweep points that cannot run (skip_invalid=true)" in err
+    assert "harness: skipping 2 of 4 sweep points that cannot run (run.skip_invalid=true)" in err
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("result.json")}
     assert sorted(run_id({"_dir": d}) for d in records) == ["2", "3"]  # the points' own numbers
     assert all(r["status"] == "ok" for r in records.values())

@@ -142,8 +142,8 @@ def test_copy_as_refuses_a_report_it_did_not_write(tmp_path, capsys):
 
 # -- 4. resume by content; one record per point ----------------------------------------------------
 
-def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_overrides(tmp_path, run_harness,
-                                                                                     monkeypatch):
+def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_identity(tmp_path, run_harness,
+                                                                                    monkeypatch):
     from harness.records import identity
     from harness.report.load import load_sweep
 
@@ -191,6 +191,159 @@ def test_resume_keeps_diverged_and_skipped_records_unless_rerun_names_them(tmp_p
     assert "its record says diverged (run.rerun=diverged)" in p.stdout and json.loads(job.read_text())["status"] == "ok"
     p = run_harness(*args, "run.resume=true", "run.rerun=everything", cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "run.rerun=everything: unknown" in p.stderr, p.stderr
+
+
+FIXED_CODE = {"commit": "c" * 40, "dirty": False, "diff_sha256": None, "untracked_sha256": None}
+
+
+def test_resume_reruns_nothing_for_the_same_points_however_written(tmp_path, run_harness, monkeypatch):
+    """A point is its resolved config without run control (harness/records/identity.py): its
+    values reordered, written `02` for 2, an explicit default added, or a run.* key changed, a
+    resume finds every record and runs nothing, writes no record and makes no directory."""
+    from harness.records import identity
+
+    monkeypatch.setattr(identity, "code_version", lambda: FIXED_CODE)
+    sweep = tmp_path / "s"
+    args = [*SIM, f"hydra.sweep.dir={sweep}", "run.resume=true"]
+    assert run_harness("-m", "microbatches=2,4", *args, cwd=tmp_path).returncode == 0
+
+    def jobs() -> dict:  # every file of every job directory (the sweep's own files are rewritten by each run)
+        return {k: v for k, v in snapshot(sweep).items() if os.sep in k}
+
+    before = jobs()
+    for again in (["microbatches=4,2"], ["microbatches=02,4"], ["microbatches=2,4", "lr=0.01", "dp=1"],
+                  ["microbatches=2,4", "run.max_processes=8", "run.timeout_s=30", "wandb.project=other"]):
+        p = run_harness("-m", *again, *args, cwd=tmp_path)
+        assert p.returncode == 0 and p.stdout.count("skipped (run.resume=true)") == 2, (again, p.stdout, p.stderr)
+        assert "running it again" not in p.stdout, again
+        assert jobs() == before and len([d for d in sweep.iterdir() if d.is_dir()]) == 2, again
+    # a point that differs in what is measured is another point: it runs
+    p = run_harness("-m", "microbatches=2,4", "lr=0.02", *args, cwd=tmp_path)
+    assert p.returncode == 0 and "skipped" not in p.stdout and len(records(sweep)) == 4, p.stdout
+
+
+def test_resume_reruns_a_point_whose_custom_model_helper_changed_and_says_why(tmp_path, run_harness, monkeypatch):
+    """A custom model's module and the modules of the user's tree it imports are read by the
+    run: a changed helper reruns the points of that model, saying which file changed; with the
+    helper put back, the records made from it match again (the record judged is the one made
+    from what is asked, not the newest on disk) and nothing runs."""
+    import sys
+
+    from harness.records import identity
+
+    monkeypatch.setattr(identity, "code_version", lambda: FIXED_CODE)
+    code = tmp_path / "code"
+    code.mkdir()
+    helper = code / "idt_helpers.py"
+    helper.write_text("WIDTH_FACTOR = 1\n")
+    model = (ROOT / "examples" / "my_model.py").read_text()
+    (code / "idt_model.py").write_text(model.replace("import torch\n", "import torch\n\nimport idt_helpers  # noqa: F401\n", 1))
+    monkeypatch.syspath_prepend(str(code))
+    for name in ("idt_model", "idt_helpers"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    sweep = tmp_path / "s"
+    args = [*SIM, "model=custom", "model.target=idt_model:build", f"hydra.sweep.dir={sweep}", "run.resume=true"]
+    try:
+        assert run_harness("-m", "microbatches=2,4", *args, cwd=tmp_path).returncode == 0
+        first = records(sweep)
+        files = next(iter(first.values()))["provenance"]["files"]
+        assert files["model.target:idt_helpers"]["path"] == str(helper.resolve()), files
+        assert files["model.target"]["path"] == str((code / "idt_model.py").resolve())
+        helper.write_text("WIDTH_FACTOR = 2\n")  # reordered too: the new records go to new job directories
+        p = run_harness("-m", "microbatches=4,2", *args, cwd=tmp_path)
+        assert p.returncode == 0 and p.stdout.count("running it again") == 2, p.stdout
+        assert "model.target:idt_helpers changed" in p.stdout and "idt_helpers.py: sha256" in p.stdout, p.stdout
+        assert len(records(sweep)) == 4
+        p = run_harness("-m", "microbatches=4,2", *args, cwd=tmp_path)  # nothing changed since: the new ones stand
+        assert p.stdout.count("skipped (run.resume=true)") == 2 and len(records(sweep)) == 4, p.stdout
+        assert not any(f"in an earlier run ({job})" in p.stdout for job in first), p.stdout
+        helper.write_text("WIDTH_FACTOR = 1\n")  # back as the first records were made
+        p = run_harness("-m", "microbatches=4,2", *args, cwd=tmp_path)
+        assert p.stdout.count("skipped (run.resume=true)") == 2 and len(records(sweep)) == 4, p.stdout
+        assert all(f"in an earlier run ({job})" in p.stdout for job in first), p.stdout  # the first records
+    finally:
+        for name in ("idt_model", "idt_helpers"):
+            sys.modules.pop(name, None)
+
+
+def _as_schema_5(data: dict) -> dict:
+    """A current record as a schema-5 harness wrote it: run control at the top of its config,
+    its provenance's point its overrides, no identity, no untracked files' hash."""
+    from harness.config import MOVED
+
+    config = {k: v for k, v in data["config"].items() if k != "run"}
+    config.update({k: data["config"]["run"][k] for k in MOVED})
+    prov = {k: v for k, v in data["provenance"].items() if k != "identity"}
+    prov["point"] = f"executor=sim microbatches={data['config']['microbatches']} pp=2 steps=1 warmup_steps=0"
+    prov["code"] = {k: v for k, v in prov["code"].items() if k != "untracked_sha256"}
+    return {**data, "config": config, "provenance": prov, "schema_version": 5}
+
+
+def test_an_older_schemas_records_are_read_with_their_identity_and_resume_keeps_them(tmp_path, run_harness,
+                                                                                     monkeypatch):
+    from harness.records import identity
+    from harness.records.result import read
+
+    monkeypatch.setattr(identity, "code_version", lambda: FIXED_CODE)
+    sweep = tmp_path / "s"
+    args = ["-m", "microbatches=2,4", *SIM, f"hydra.sweep.dir={sweep}"]
+    assert run_harness(*args, cwd=tmp_path).returncode == 0
+    for path in sorted(sweep.rglob("result.json")):
+        new = json.loads(path.read_text())
+        path.write_text(json.dumps(_as_schema_5(new)))
+        old = read(path)  # upgraded on read: run control under config.run, the point and identity computed
+        assert old.config["run"]["timeout_s"] == new["config"]["run"]["timeout_s"] and "timeout_s" not in old.config
+        assert old.provenance["point"] == new["provenance"]["point"] == identity.point_hash(new["config"])
+        assert old.provenance["identity"] == new["provenance"]["identity"]
+    p = run_harness(*args, "run.resume=true", cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.count("skipped (run.resume=true)") == 2, p.stdout
+
+
+def test_identity_is_the_resolved_config_without_run_control():
+    from harness.config import set_keys
+    from harness.frontend.compose import compose_config
+    from harness.records.identity import point_hash, point_ids
+
+    default = point_hash(compose_config([]))
+    assert point_hash(compose_config(["pp=04"])) == default  # 4 is the default, written as 04
+    assert point_hash(compose_config(["pp=4", "run.fault=term@end", "run.repeats=3", "wandb.mode=online"])) == default
+    assert point_hash(compose_config(["pp=2"])) != default
+    assert point_hash(compose_config(["repeat=1"])) != default  # the repeat label is the point's, repeats are not
+    assert point_hash(set_keys(compose_config([]), lr=1)) == point_hash(compose_config(["lr=1.0"]))  # int or float
+    assert point_ids(["a", "b", None, "a", "a"]) == ["a", "b", None, "a #2", "a #3"]
+
+
+def test_the_harnesss_untracked_files_are_part_of_what_a_record_was_made_from(tmp_path, monkeypatch):
+    """code_version hashes git's untracked (not ignored) files of the harness beside its diff:
+    a new module nobody committed changes what a run was made from, and resume says so."""
+    import subprocess
+
+    from harness.job import content_changed
+    from harness.records import identity
+    from harness.records.result import Result
+
+    repo = tmp_path / "repo"
+    pkg = repo / "harness"
+    pkg.mkdir(parents=True)
+    (pkg / "core.py").write_text("X = 1\n")
+    (repo / ".gitignore").write_text("*.pyc\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    monkeypatch.setattr(identity, "HARNESS", pkg)
+    clean = identity.code_version.__wrapped__()
+    assert clean["untracked_sha256"] is None and clean["dirty"] is False
+    (pkg / "cached.pyc").write_bytes(b"ignored")
+    (pkg / "new.py").write_text("Y = 1\n")
+    one = identity.code_version.__wrapped__()
+    assert one["untracked_sha256"] and one["dirty"] is True and one["diff_sha256"] is None
+    (pkg / "new.py").write_text("Y = 2\n")
+    two = identity.code_version.__wrapped__()
+    assert two["untracked_sha256"] not in (None, one["untracked_sha256"])
+    stored = Result("ok", None, {}, provenance={"code": one, "files": {}})
+    assert content_changed(stored, {}, {"code": one, "files": {}}) is None
+    assert "the harness's untracked files differ" in content_changed(stored, {}, {"code": two, "files": {}})
 
 
 # -- 5. a full disk fails the job that hit it; the sweep ends with its summary ---------------------

@@ -165,33 +165,48 @@ def _outside_user_tree(path: Path) -> bool:
 
 def _find(name: str, search: list[str]) -> Path | None:
     """The source file Python would import for module `name` from `search` (a package's
-    __init__.py), found without importing anything; None if it is no source file."""
-    spec, path = None, search
-    for i, part in enumerate(name.split(".")):
+    __init__.py), found without importing anything; None if it is no source file of the
+    user's tree (a package outside it is not looked into: `torch.nn` stops at `torch`)."""
+    spec, path, parts = None, search, name.split(".")
+    for i in range(len(parts)):
         try:
-            spec = PathFinder.find_spec(".".join(name.split(".")[:i + 1]) if i else part, path)
+            spec = PathFinder.find_spec(".".join(parts[:i + 1]), path)
         except (ImportError, ValueError, AttributeError):
             return None
         if spec is None:
             return None
+        where = spec.origin if spec.origin not in (None, "namespace") else next(iter(spec.submodule_search_locations
+                                                                                    or []), None)
+        if where is None or _outside_user_tree(Path(where).resolve()):
+            return None
         path = list(spec.submodule_search_locations or [])
-        if i < name.count(".") and not path:
+        if i < len(parts) - 1 and not path:
             return None
     origin = getattr(spec, "origin", None)
     return Path(origin).resolve() if origin and origin.endswith(".py") and os.path.isfile(origin) else None
 
 
-def _imported_names(source: bytes, file: Path) -> list[tuple[str, str, list[str]]]:
+def _statements(body: list[ast.stmt]) -> Any:
+    """Every statement, nested ones included (a function's lazy import too), without walking
+    into expressions: a module's imports are statements."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+
+
+def _imported_names(source: bytes, file: Path, search: list[str]) -> list[tuple[str, str, list[str]]]:
     """(the module as written, its name from where to look, where to look) for each module an
-    import statement of a source file names: absolute ones on sys.path (and the file's own
-    directory), relative ones (`.helpers`) from their package's directory."""
+    import statement of a source file names: absolute ones on `search`, relative ones
+    (`.helpers`) from their package's directory."""
     try:
         tree = ast.parse(source, str(file))
     except (SyntaxError, ValueError):
         return []
-    search = [os.getcwd() if p == "" else p for p in sys.path] + [os.getcwd(), str(file.parent)]
     out: list[tuple[str, str, list[str]]] = []
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             out += [(a.name, a.name, search) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -211,6 +226,21 @@ def _imported_names(source: bytes, file: Path) -> list[tuple[str, str, list[str]
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _imports_of(file: Path, mtime_ns: int, size: int, search: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
+    """(the module as written, its file) for each module of the user's tree `file` imports;
+    asked again only when the file changed (a sweep asks for every point)."""
+    try:
+        source = read_bytes(file, "model.target", "model")
+    except FileRefused:
+        return ()
+    out = []
+    for shown, name, where in _imported_names(source, file, [*search, str(file.parent)]):
+        if (found := _find(name, where)) is not None:
+            out.append((shown, found))
+    return tuple(out)
+
+
 MAX_USER_MODULES = 256  # source files followed from a custom model's module: a whole project, not a crawl
 
 
@@ -220,21 +250,20 @@ def user_modules(entry: Path) -> dict[str, Path]:
     statements, resolved as Python would, nothing imported), so the sweeper checking a point,
     its job in another process and a later resume list the same files. Python's library,
     installed packages and the harness are not followed."""
+    search = tuple(os.getcwd() if p == "" else p for p in sys.path) + (os.getcwd(),)
     out: dict[str, Path] = {}
     todo, seen = [entry.resolve()], {entry.resolve()}
     while todo and len(seen) <= MAX_USER_MODULES:
         file = todo.pop()
         try:
-            source = read_bytes(file, "model.target", "model")
-        except FileRefused:
+            st = os.stat(file)
+        except OSError:
             continue
-        for shown, name, search in _imported_names(source, file):
-            found = _find(name, search)
-            if found is None or found in seen or _outside_user_tree(found):
-                continue
-            seen.add(found)
-            out[shown] = found
-            todo.append(found)
+        for shown, found in _imports_of(file, st.st_mtime_ns, st.st_size, search):
+            if found not in seen:
+                seen.add(found)
+                out[shown] = found
+                todo.append(found)
     return out
 
 
