@@ -157,6 +157,10 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
                 result.error_detail = e.detail
                 if record_invalid and rank0 and not (out_dir / RESULT).exists():
                     result.status, result.error, result.wall_s = "failed", str(e), time.time() - started
+                    try:  # the sweep's name for the point: the report counts this record as that point's
+                        result.provenance = provenance(c, point, started)
+                    except Exception:  # noqa: BLE001 - a config that cannot plan may name files that are not there
+                        pass
                     write(result)
                 raise
             for f in (RESULT, TRACE, GANTT):  # a rerun's earlier records no longer describe this directory

@@ -350,15 +350,30 @@ def _iso(t: float) -> str:
 # -- a record's point, wherever it came from ------------------------------------------------------
 
 def point_of(record: dict, run_dir: Path) -> str | None:
-    """A record's point: its provenance's; for a record without one, point_hash of its config;
-    for a job directory without a record, what its sweep's sweep.json says the job was
-    (`jobs`); None where nothing says."""
+    """A record's point: its provenance's (a record of schema < 6 has it computed from its
+    stored config on reading). A record without provenance (from before it, or refused before
+    its config was planned) is named by its job's overrides (.hydra/overrides.yaml, as such
+    records always were); a job directory without a record by what its sweep's sweep.json says
+    the job was (`jobs`), else by its overrides. None where nothing says."""
     prov = record.get("provenance")
     if isinstance(prov, dict) and isinstance(prov.get("point"), str):
         return prov["point"]
-    if isinstance(record.get("config"), dict):
-        return point_hash(record["config"])
-    return _job_point(Path(run_dir))
+    if "config" in record:
+        return _overrides_point(Path(run_dir))
+    return _job_point(Path(run_dir)) or _overrides_point(Path(run_dir))
+
+
+def _overrides_point(run_dir: Path) -> str | None:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode) or os.stat(path).st_size > 2**20:
+            return None
+        import yaml
+
+        overrides = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - unreadable, or not YAML: no point known
+        return None
+    return point_key(overrides) if isinstance(overrides, list) else None
 
 
 def _job_point(run_dir: Path) -> str | None:
