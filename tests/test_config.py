@@ -96,8 +96,8 @@ def test_the_size_check_counts_this_machine_in_the_runs_dtype_after_global_batch
 GOOD_OVERRIDES = ["pp=2", "model=custom", "model.kwargs.depth=3", "+model.kwargs.width=4", "+global_batch=8",
                   "microbatches=${pp}", "wandb.mode=disabled", "hydra/launcher=slurm", "hydra.launcher.partition=x",
                   "hydra.job.chdir=true", "hydra.job.env_set.X=1", "cluster=h200_node", "cluster.nodes=2",
-                  "cluster.overhead.action_s.4=0.001", "clock_skew_s=[0,0.5]", "fault='raise@rank1,step2'",
-                  "schedule=csv", "schedule.csv_path=x.csv", "timeout_s=null", "experiment=bubble", "~profile",
+                  "cluster.overhead.action_s.4=0.001", "run.clock_skew_s=[0,0.5]", "run.fault='raise@rank1,step2'",
+                  "schedule=csv", "schedule.csv_path=x.csv", "run.timeout_s=null", "experiment=bubble", "~profile",
                   "optimizer=adamw", "optimizer.betas=[0.9,0.95]", "lr=1e-3", "seed=3", "wandb={mode:disabled}"]
 
 

@@ -1,8 +1,8 @@
 """sweep: a sweep survives a failing rank, a killed rank, a hang, an interruption at any
 moment and the death of the harness itself; what finished keeps its record, no process
-outlives its job, one writer per directory, and resume=true completes the rest. Signals
-come from the harness's own hooks (fault=term@launch|records) or, for kill -9, while a job
-hangs (fault=hang) after its running.json appears: never after a sleep, never a race.
+outlives its job, one writer per directory, and run.resume=true completes the rest. Signals
+come from the harness's own hooks (run.fault=term@launch|records) or, for kill -9, while a job
+hangs (run.fault=hang) after its running.json appears: never after a sleep, never a race.
 
 `harness` runs `python -m harness` in this process (make test) and in a fresh interpreter
 (`slow`, make test-all); kill -9 of the harness needs a process of its own in both."""
@@ -90,7 +90,7 @@ def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harne
     ranks start, between its trace.json and its result.json, once its records are written): the
     sweep stops there (exit 130, the third job never starts), that job says interrupted where it
     had begun (none before it plans; ok after its records), no process is left, the first keeps
-    its record, and resume=true runs only what is missing (the fault is a test hook, not part of
+    its record, and run.resume=true runs only what is missing (the fault is a test hook, not part of
     a job's identity)."""
     sweep = tmp_path / "sweep"
     first = harness("-m", f"run.fault=null,term@{moment},null", "pp=2", *SMALL, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
@@ -113,7 +113,7 @@ def test_a_signal_at_any_moment_is_recorded_and_resume_completes(tmp_path, harne
 
 
 def test_killing_the_harness_leaves_no_process_and_resume_completes(tmp_path, run_harness):
-    """kill -9 of the main process mid-job (the job hangs until then: fault=hang): its
+    """kill -9 of the main process mid-job (the job hangs until then: run.fault=hang): its
     forkserver and ranks die with it (within 10 s, checked by pid); a second writer into the
     busy sweep is refused; resume reruns the job and runs the one never started."""
     sweep = tmp_path / "sweep"

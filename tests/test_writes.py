@@ -1,7 +1,7 @@
 """sweep: nothing lost, one writer, resume by content (issue 28, the writes half). Each case
 found adversarially, kept here: executor=sim jobs run in this process (`run_harness`), a
 second writer held by a raw flock of this test (another open file: another harness, to the
-kernel), a full disk injected through the harness's own write path (fault=enospc@records) or
+kernel), a full disk injected through the harness's own write path (run.fault=enospc@records) or
 Hydra's (its config save), never by filling a disk."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Test-only fault injection: `fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum,
-or `fault=term@PHASE` (start, plan, launch, records, end) / `fault=enospc@records`.
+"""Test-only fault injection: `run.fault=KIND@rankR,stepS` with KIND raise | kill | hang | noaccum,
+or `run.fault=term@PHASE` (start, plan, launch, records, end) / `run.fault=enospc@records`.
 
 raise: the rank raises RuntimeError at the start of step S. kill: it SIGKILLs itself.
 hang: it sleeps forever (the job's timeout_s must end it). noaccum: in step S the rank
@@ -58,7 +58,7 @@ def maybe_interrupt(fault: Fault | None, where: str) -> None:
 def maybe_fail_write(fault: Fault | None, where: str, path: object) -> None:
     """The main process's test hook: the write of `path` at `where` fails as on a full disk."""
     if fault is not None and fault.kind == "enospc" and fault.where == where:
-        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (injected: fault=enospc@{where})", str(path))
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (injected: run.fault=enospc@{where})", str(path))
 
 
 def maybe_inject(fault: Fault | None, rank: int, step: int) -> None:

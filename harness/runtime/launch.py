@@ -61,7 +61,7 @@ class RankPool:
 
     A job that fails in any way (a rank's error, death or timeout, Ctrl-C, SIGTERM) ends the
     pool's processes as an unpooled job ends its own; the next job starts fresh ones. `close`
-    (the sweep's end) ends them all. CUDA jobs and start_method=spawn are not pooled: a rank
+    (the sweep's end) ends them all. CUDA jobs and run.start_method=spawn are not pooled: a rank
     keeps its CUDA context and caching allocator, which a next job's memory figures would see."""
 
     def __init__(self) -> None:

@@ -1,7 +1,7 @@
 """No worker outlives the harness that started it, however that harness dies (SIGKILL, the
 OOM killer, a closed terminal): each forked process asks the kernel to SIGKILL it when its
 parent dies (Linux's PR_SET_PDEATHSIG). The forkserver dies with the main process, a rank
-with the forkserver (or, under start_method=spawn, with the main process), so the chain
+with the forkserver (or, under run.start_method=spawn, with the main process), so the chain
 leaves nothing behind within moments; the resource tracker then exits on its own."""
 
 from __future__ import annotations

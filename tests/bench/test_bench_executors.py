@@ -147,7 +147,7 @@ def test_sweep_job_overhead(benchmark, config, tmp_path: Path, executor):
 @pytest.mark.slow  # a spawned 4-rank job imports torch 4 times (~10-20 s on 2 cores): make test-all, make bench
 def test_forkserver_against_spawn_per_job(benchmark, config, tmp_path: Path):
     """The sweep engine's launch: ranks forked from a warm forkserver (default) against a
-    fresh interpreter per rank (start_method=spawn), on the same tiny 4-rank job. Timed:
+    fresh interpreter per rank (run.start_method=spawn), on the same tiny 4-rank job. Timed:
     the forkserver job; extra_info: both medians and their ratio (goal: < 0.5 s a job)."""
     def wall(method: str) -> float:
         c = config(pp=4, microbatches=2, steps=1, warmup_steps=0, **{"run.start_method": method})
