@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.config import RUN_SECTIONS, upgrade_config
 from harness.records.jsonsafe import strict
-from harness.records.safe_io import FileRefused, read_bytes
+from harness.records.safe_io import CAPS, FileRefused, read_bytes
 
 HARNESS = Path(__file__).resolve().parents[1]  # the harness package
 _REPEAT = re.compile(r" #\d+$")  # point_ids' suffix of a second, third, ... point of one identity
@@ -296,14 +296,16 @@ def input_files(config: Any) -> dict[str, str]:
     return out
 
 
-_KINDS = {"profile": "profile", "schedule.csv_path": "csv", "schedule.costs": "result"}
+_KINDS = {"profile": "profile", "schedule.csv_path": "schedule_csv", "schedule.costs": "result"}  # safe_io.CAPS
 
 
 def _sha256(key: str, path: str) -> str | None:
     """The file's sha256, read as safe_io reads it (a regular file within its kind's cap: a
     FIFO never blocks this); None where it cannot be read."""
     try:
-        kind = _KINDS.get(key) or ("model" if key.startswith("model.") else "profile")  # a registered schedule's: 64 MiB
+        kind = _KINDS.get(key) or ("model" if key.startswith("model.") else "")
+        if kind not in CAPS:  # a file a registered schedule names: the largest cap there is
+            kind = max(CAPS, key=CAPS.__getitem__)
         return hashlib.sha256(read_bytes(path, key, kind)).hexdigest()
     except FileRefused:
         return None
