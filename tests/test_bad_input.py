@@ -567,29 +567,29 @@ def test_a_profile_extrapolated_past_its_sizes_never_prices_a_layer_at_zero():
 
 
 @pytest.mark.parametrize("skews,said", [
-    ([0.0, float("nan")], "clock_skew_s[1]=nan: not a skew (allowed: a finite number of seconds, -86,400..86,400"),
-    ([1e300], "clock_skew_s[0]=1e+300: not a skew"),
-    ([-1e6], "clock_skew_s[0]=-1000000.0: not a skew"),
-    ([True], "clock_skew_s[0]=True: not a skew"),
+    ([0.0, float("nan")], "run.clock_skew_s[1]=nan: not a skew (allowed: a finite number of seconds, -86,400..86,400"),
+    ([1e300], "run.clock_skew_s[0]=1e+300: not a skew"),
+    ([-1e6], "run.clock_skew_s[0]=-1000000.0: not a skew"),
+    ([True], "run.clock_skew_s[0]=True: not a skew"),
 ])
 def test_clock_skew_is_finite_and_bounded(skews, said):
     from harness.config import check_values
 
     with pytest.raises(ConfigError) as e:
-        check_values(small(clock_skew_s=skews))
+        check_values(small(**{"run.clock_skew_s": skews}))
     one_line(e.value, said)
-    check_values(small(clock_skew_s=[0.0, 0.5, -3600.0]))
+    check_values(small(**{"run.clock_skew_s": [0.0, 0.5, -3600.0]}))
 
 
 def test_repeats_swept_over_values_is_one_line(capsys):
     from harness.frontend.sweeper import one_repeats
 
     with pytest.raises(SystemExit) as e:
-        one_repeats([["pp=2", "repeats=1"], ["pp=2", "repeats=2"], ["pp=4", "repeats=1"]])
+        one_repeats([["pp=2", "run.repeats=1"], ["pp=2", "run.repeats=2"], ["pp=4", "run.repeats=1"]])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and "\n" not in err
-    assert err.startswith("harness: error: repeats=1,2: one value per sweep (allowed: a single repeats=N")
-    one_repeats([["pp=2", "repeats=3"], ["pp=4", "repeats=3"]])  # one value: fine
+    assert err.startswith("harness: error: run.repeats=1,2: one value per sweep (allowed: a single run.repeats=N")
+    one_repeats([["pp=2", "run.repeats=3"], ["pp=4", "run.repeats=3"]])  # one value: fine
     one_repeats([["pp=2"], ["pp=4"]])
 
 

@@ -597,7 +597,7 @@ class _one_launch_line:
 
 
 def one_repeats(points: list[Sequence[str]], keys: tuple[str, ...] = ("repeats", "run.repeats")) -> None:
-    """A sweep has one `repeats` (it says how often every point runs): `repeats=1,2` would make
+    """A sweep has one `run.repeats` (it says how often every point runs): `run.repeats=1,2` would make
     it a point's key, each job seeing its own and the sweep one, so it ran once, silently.
     Exit 2 in one line where the points carry more than one value of it."""
     values: dict[str, list[str]] = {}
