@@ -450,7 +450,7 @@ def test_a_torchrun_rank_gets_a_scratch_dir_of_its_own_removed_by_identity(tmp_p
 ])
 def test_a_subdir_that_is_not_each_points_own_is_refused_before_any_job(tmp_path, run_harness, subdir, said):
     sweep = tmp_path / "s"
-    p = run_harness("-m", "microbatches=2,4", "fault=null,null", *SIM, f"hydra.sweep.dir={sweep}",
+    p = run_harness("-m", "microbatches=2,4", "run.fault=null,null", *SIM, f"hydra.sweep.dir={sweep}",
                     f"hydra.sweep.subdir={subdir}", cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and said in p.stderr, p.stderr
     assert "nothing written" in p.stderr and list(tmp_path.iterdir()) == []
@@ -460,11 +460,11 @@ def test_a_resume_in_another_order_never_writes_over_another_points_record(tmp_p
     sweep = tmp_path / "s"
     args = [*SIM, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]  # job dirs by number alone
     assert run_harness("-m", "microbatches=2,4", *args, cwd=tmp_path).returncode == 0
-    p = run_harness("-m", "microbatches=4,2", *args, "resume=true", cwd=tmp_path)  # found by content: nothing runs
-    assert p.returncode == 0 and p.stdout.count("skipped (resume=true)") == 2, p.stderr
+    p = run_harness("-m", "microbatches=4,2", *args, "run.resume=true", cwd=tmp_path)  # found by content: nothing runs
+    assert p.returncode == 0 and p.stdout.count("skipped (run.resume=true)") == 2, p.stderr
     before = snapshot(sweep)
     # a new point first: it would be job 0, whose directory holds microbatches=2's record
-    p = run_harness("-m", "microbatches=8,2,4", *args, "resume=true", cwd=tmp_path)
+    p = run_harness("-m", "microbatches=8,2,4", *args, "run.resume=true", cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert f"would write into {sweep / '0'}, which holds the record of another point" in p.stderr
     assert {k: v for k, v in snapshot(sweep).items() if k != ".harness.lock"} == {
@@ -478,7 +478,7 @@ def test_a_second_sweep_on_a_running_sweeps_directory_is_refused(tmp_path, run_h
     assert run_harness(*args, cwd=tmp_path).returncode == 0
     before = snapshot(sweep)
     with Held(sweep):  # the first sweep, still running: its lock on the sweep's directory
-        for extra in ([], ["resume=true"], ["microbatches=2,4"]):
+        for extra in ([], ["run.resume=true"], ["microbatches=2,4"]):
             p = run_harness(*args, *extra, cwd=tmp_path)
             assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
             assert "is being written by another harness (pid 4242)" in p.stderr

@@ -519,7 +519,7 @@ def others_records(dirs: dict[int, Path], points: list[Sequence[str]], varying: 
     with the identity of the point about to run (`hashes`); where only Hydra's overrides name it
     (a record from before provenance), with that point's overrides. A record of the same point
     is replaced, as a rerun's is. Reads only regular files (result.read, identity.point_of)."""
-    from harness.records.identity import is_point_hash, point_key, point_of, repeat_suffix
+    from harness.records.identity import is_point_hash, overrides_point, point_key, point_of, repeat_suffix
     from harness.records.record import RESULT
     from harness.records.result import RecordError, read
 
@@ -540,7 +540,7 @@ def others_records(dirs: dict[int, Path], points: list[Sequence[str]], varying: 
         theirs = point_of(record, d)
         mine = hashes.get(i) if theirs is not None and is_point_hash(theirs) else point_key(list(points[i]))
         if theirs is not None and mine is not None and base(theirs) != base(mine):
-            clashes.append((i, d, theirs))
+            clashes.append((i, d, overrides_point(d) or theirs))
     if not clashes:
         return None
     i, d, theirs = clashes[0]

@@ -361,11 +361,12 @@ def point_of(record: dict, run_dir: Path) -> str | None:
     if isinstance(prov, dict) and isinstance(prov.get("point"), str):
         return prov["point"]
     if "config" in record:
-        return _overrides_point(Path(run_dir))
-    return _job_point(Path(run_dir)) or _overrides_point(Path(run_dir))
+        return overrides_point(Path(run_dir))
+    return _job_point(Path(run_dir)) or overrides_point(Path(run_dir))
 
 
-def _overrides_point(run_dir: Path) -> str | None:
+def overrides_point(run_dir: Path) -> str | None:
+    """A job directory's point as its Hydra overrides name it (`point_key` of .hydra/overrides.yaml)."""
     path = run_dir / ".hydra" / "overrides.yaml"
     try:
         if not stat.S_ISREG(os.stat(path).st_mode) or os.stat(path).st_size > 2**20:

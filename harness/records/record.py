@@ -16,7 +16,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from operator import attrgetter
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 # the one home of atomic writing is harness/records/atomic.py; write_json_atomic is also importable from here
 from harness.records.atomic import write_atomic, write_json_atomic  # noqa: F401
