@@ -51,7 +51,7 @@ def test_layout_puts_a_tp_group_on_consecutive_slots_and_keeps_tp1_numbering(pla
     ({**GPT, "tp": 2, "model.seq": 7, "sequence_parallel": True}, "model.seq=7: tp=2 must divide it"),
     ({**GPT, "sequence_parallel": True}, "sequence_parallel=true: needs tp > 1"),
     ({**GPT, "tp": 2, "executor": "sim"}, "tp=2: executor=sim does not model tensor parallelism yet"),
-    ({**GPT, "tp": 4, "pp": 2, "dp": 2, "max_processes": 8}, "pp=2 x dp=2 x tp=4: 16 processes on this machine"),
+    ({**GPT, "tp": 4, "pp": 2, "dp": 2, "run.max_processes": 8}, "pp=2 x dp=2 x tp=4: 16 processes on this machine"),
     ({**GPT, "tp": 2, "memory_budget_gib": 1.0}, "memory_budget_gib=1.0: the memory theory does not model tp > 1"),
     ({"tp": 0}, "tp=0: must be"),
 ])
