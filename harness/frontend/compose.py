@@ -19,16 +19,24 @@ from harness.frontend.errors import hydra_problem, omegaconf_problem
 from harness.schedules.registry import SCHEDULES
 
 
+def option_schema(group: str, option: str) -> str:
+    """The ConfigStore name of `group`'s option `option`'s dataclass. At the store's root, not in
+    the group: Hydra lists a group's entries as its options (--help, tab completion, a
+    `glob(*)` sweep) and lists no root config, so the option's YAML names it absolutely:
+    `defaults: [/harness_schema_<group>_<option>@_here_, _self_]`."""
+    return f"harness_schema_{group}_{option}"
+
+
 def register() -> None:
     """The schema (`harness_schema`, the primary config's first default) and each option's
-    dataclass (`<group>/schema_<option>`, the first default of its YAML), so Hydra types what it
+    dataclass (`option_schema`, the first default of its YAML), so Hydra types what it
     composes; the job directory name resolver."""
     cs = ConfigStore.instance()
     # each group typed by its base, so that any option's dataclass (a subclass) merges into it
     cs.store(name="harness_schema", node=Config(**{group: base() for group, base in BASES.items()}))
     for group, options in OPTIONS.items():
         for name, cls in options.items():
-            cs.store(group=group, name=f"schema_{name}", node=cls)
+            cs.store(name=option_schema(group, name), node=cls)
     if not OmegaConf.has_resolver("harness.dirname"):
         OmegaConf.register_new_resolver("harness.dirname", job_dirname)
 

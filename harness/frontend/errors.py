@@ -242,7 +242,7 @@ def hydra_problem(e: BaseException, overrides: list[str], sweep: bool = False) -
         missing = str(e.missing_cfg_file or "")
         group, _, choice = missing.rpartition("/")
         shown = written(group, overrides) or (f"{group}={choice}" if group else missing)
-        options = [o for o in e.options or [] if not o.startswith("schema_")]  # the options' typed bases are no options
+        options = list(e.options or [])
         return f"{shown}: unknown (allowed: {', '.join(options)})" if options else f"{shown}: {_first_line(e)}"
     if cause is not None:
         return omegaconf_problem(cause, at)

@@ -6,7 +6,7 @@ through one interface, `spec.make(ScheduleInputs)`; what it accepts, where its s
 whether it splits the backward (I/W), its closed-form bubble and in-flight count with their
 source (else theory is the simulated ideal), the torch class that runs it under
 executor=pytorch, its colour and its label in the report, its own config keys (a dataclass,
-registered as the Hydra option `schedule/schema_<name>`), the keys that name files, and what
+registered as the root Hydra config `harness_schema_schedule_<name>`), the keys that name files, and what
 the planner searches for it (a memory limit). Planning, validation, records, the report, the
 planner, the peer check and the exports ask the entry, never the name.
 
