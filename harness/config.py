@@ -448,22 +448,65 @@ def what_fits(hint: Any) -> str:
     return f"must be {what}" + (" or null" if optional else "")
 
 
-def unknown_key(key: str, value: object, option: str | None = None) -> str:
+def keys_of(chosen: dict[str, str] | None = None) -> set[str]:
+    """Every key a config has with each group's option as `chosen` (a group not in it: the
+    schema's default option), dotted, sections included: the keys that exist, where
+    schema_keys has every option's."""
+    default = Config()
+    out: set[str] = set()
+    for name, hint in typing.get_type_hints(Config).items():
+        out.add(name)
+        if name in OPTIONS:
+            kind: Any = option_class(name, (chosen or {}).get(name, getattr(default, name).name))
+        else:
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            kind = args[0] if len(args) == 1 else hint
+        if dataclasses.is_dataclass(kind):
+            out |= set(schema_keys(kind, f"{name}."))
+    return out
+
+
+def _near(key: str, keys: set[str]) -> str | None:
+    """The key of `keys` `key` was likely meant to be. Within a section that exists, only its
+    own keys, compared by their last part (`model.` common to all would make any model key
+    look near: model.dropout is no model.arch); else any key, whole (modle.hidden)."""
+    section, _, leaf = key.rpartition(".")
+    if not section or section in keys:
+        siblings = {k.rpartition(".")[2]: k for k in keys if k.rpartition(".")[0] == section and k != key}
+        near = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)
+        if not near:  # a key's first part (cost.fwd_ms): the one key it begins
+            near = [k for k in siblings if k.startswith(leaf)] if len(leaf) >= 3 else []
+        return siblings[near[0]] if len(near) == 1 else None
+    near = difflib.get_close_matches(key, sorted(keys - {key}), n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def unknown_key(key: str, value: object, option: str | None = None, shown: str | None = None) -> str:
     """`ppp=2: unknown key (did you mean pp?)`; `model.heads=2: not a key of model=mlp (it is
-    model=gpt's, model=hf's)` where another option of the group has it (`option`: the one chosen);
-    `timeout_s=60: moved to run.timeout_s` for a key that moved into the run section."""
-    if (moved := MOVED.get(key.lstrip("+~"))) is not None:
-        return f"{key}={value}: {key.lstrip('+~')} moved to {moved} (write {moved}={value})"
-    group, _, leaf = key.lstrip("+~").partition(".")
+    model=gpt's, model=hf's)` where another option of the group has it (`option`: the one chosen,
+    None: the schema's default); `timeout_s=60: moved to run.timeout_s` for a key that moved into
+    the run section. A suggestion is always a key of the config as chosen; one near key only
+    another option has is said to be that option's. `shown`: the override as written, where
+    not `<key>=<value>` (`~ppp`)."""
+    bare = key.lstrip("+~")
+    shown = shown if shown is not None else f"{key}={value}"
+    if (moved := MOVED.get(bare)) is not None:
+        return f"{shown}: {bare} moved to {moved} (write {moved}={value})"
+    group, _, leaf = bare.partition(".")
     owners = [name for name, cls in OPTIONS.get(group, {}).items() if leaf in {f.name for f in dataclasses.fields(cls)}]
     if owners:  # another option's key: never "did you mean" the very key given
         chosen = f"{group}={option}" if option is not None else f"the {group} chosen"
-        return (f"{key}={value}: not a key of {chosen} (it is " + ", ".join(f"{group}={o}'s" for o in owners)
+        return (f"{shown}: not a key of {chosen} (it is " + ", ".join(f"{group}={o}'s" for o in owners)
                 + f"): {chosen} has no {leaf}; set {group}={owners[0]} to use it")
-    keys = [k for k in schema_keys() if k != key.lstrip("+~")]
-    near = difflib.get_close_matches(key.lstrip("+~"), keys, n=1, cutoff=0.6)
-    return f"{key}={value}: unknown key " + (f"(did you mean {near[0]}?)" if near else
-                                            "(every key is listed in harness/config.py)")
+    if (near := _near(bare, keys_of({group: option} if group in OPTIONS and option is not None else None))):
+        return f"{shown}: unknown key (did you mean {near}?)"
+    if group in OPTIONS and "." not in leaf:  # near a key of another option: whose it is, not a suggestion
+        name = option if option is not None else getattr(Config(), group).name
+        others = {o: {f.name for f in dataclasses.fields(cls)} for o, cls in OPTIONS[group].items() if o != name}
+        if (near := difflib.get_close_matches(leaf, sorted(set().union(*others.values())), n=1, cutoff=0.6)):
+            return (f"{shown}: unknown key ({group}={name} has no key like it; {group}.{near[0]} is "
+                    + ", ".join(f"{group}={o}'s" for o in sorted(others) if near[0] in others[o]) + ")")
+    return f"{shown}: unknown key (every key is listed in harness/config.py)"
 
 
 # -- what the schema alone can check ---------------------------------------------------------------
