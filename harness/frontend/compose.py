@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import (BASES, OPTIONS, ClusterConfig, Config, ConfigError, check_cluster, job_dirname,
                             option_class, unknown_key, upgrade_config)
-from harness.frontend.errors import hydra_problem, omegaconf_problem
+from harness.frontend.errors import check_deletions, hydra_problem, omegaconf_problem
 from harness.schedules.registry import SCHEDULES
 
 
@@ -55,6 +55,7 @@ def compose_config(overrides: list[str], cwd: str | Path | None = None) -> Confi
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    check_deletions(overrides)  # `~pp` composes, and would run the default
     register()
     GlobalHydra.instance().clear()
     problem = None

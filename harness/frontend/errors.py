@@ -21,7 +21,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException,
                               ValidationError)
 
-from harness.config import OPTIONS, Config, ConfigError, option_class, schema_keys, unknown_key, what_fits
+from harness.config import BASES, OPTIONS, Config, ConfigError, option_class, schema_keys, unknown_key, what_fits
 
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 # a plain ${key} in a value as the user wrote it (a resolver's ${name:...} is not a key)
@@ -137,6 +137,60 @@ def config_groups() -> set[str]:
     return {p.name for p in resources.files("harness.conf").iterdir() if p.is_dir()} | {"hydra"}
 
 
+def _shown(value: Any) -> str:
+    """A default as a command line writes it."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def deletion_problem(o: Any, chosen: dict[str, str], groups: set[str], unknown: bool = True) -> str | None:
+    """Why `~key` (a parsed override) is refused, or None. The schema gives every key a value
+    and every group of BASES an option: deleting one would run its default unasked (OmegaConf
+    fills a missing field in), so it is refused; what may go is an optional group's choice
+    (~experiment, ~cluster), an entry of a dict (~model.kwargs.depth) and Hydra's own.
+    `unknown`: an unknown key is refused too (else left to Hydra)."""
+    key, line = o.key_or_group, str(o.input_line)
+    if o.package is not None or "/" in key or key == "hydra" or key.startswith("hydra."):
+        return None
+    if key in BASES:
+        return (f"{line}: {key} always has an option (the schema's default: {key}={getattr(Config(), key).name}): "
+                "choose another instead; ~ removes only an optional group's choice (~experiment, ~cluster) or a dict's "
+                "entry")
+    if key in groups:
+        return None
+    hint, lacking = _hint(key, chosen)
+    if hint is None:
+        return unknown_key(key, None, lacking, shown=line) if unknown else None
+    if hint is Any and "." in key and _is_dict(_hint(key.rpartition(".")[0], chosen)[0]):
+        return None  # an entry of a dict: deleting it is what ~ is for
+    default = _default(key, chosen)
+    only = "~ removes only an optional group's choice (~experiment, ~cluster) or a dict's entry"
+    if dataclasses.is_dataclass(default):
+        first = dataclasses.fields(default)[0].name
+        return f"{line}: {key} is a section the schema always has: set its keys instead ({key}.{first}=<value>); {only}"
+    return (f"{line}: {key} always has a value (the schema's default: {key}={_shown(default)}): set it instead "
+            f"({key}=<value>); {only}")
+
+
+def check_deletions(overrides: list[str]) -> None:
+    """ConfigError (one line) for a `~key` the schema refuses (deletion_problem), checked before
+    composing: a deleted key composes without error and would run its default. An override
+    Hydra cannot parse is left to Hydra's own message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    if not any(o.lstrip().startswith("~") for o in overrides):
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException:
+        return
+    chosen = {o.key_or_group: o.value() for o in parsed
+              if o.key_or_group in OPTIONS and not o.is_sweep_override() and isinstance(o.value(), str)}
+    for o in parsed:
+        if o.is_delete() and (problem := deletion_problem(o, chosen, config_groups(), unknown=False)):
+            raise ConfigError(problem)
+
+
 def check_overrides(overrides: list[str], sweep: bool = False, chosen: dict[str, str] | None = None,
                     groups: set[str] | None = None) -> None:
     """ConfigError (one line) for the first override the schema refuses. `chosen`: a group's
@@ -162,6 +216,8 @@ def check_overrides(overrides: list[str], sweep: bool = False, chosen: dict[str,
                 raise ConfigError(f"{line}: several values need -m to sweep them (one list: {key}=[{value}]; one "
                                   f"string: {key}='{value}')")
             raise ConfigError(f"{line}: a sweep (allowed with -m only)")
+        if o.is_delete() and (problem := deletion_problem(o, chosen, groups)):
+            raise ConfigError(problem)
         if o.package is not None or o.is_delete() or "/" in key or key in groups:
             continue  # a group's option: Hydra lists the options it has (hydra_problem)
         if key.startswith("hydra."):
