@@ -5,14 +5,12 @@ Hydra composes and checks the config against the typed schema (harness/config.py
 mode: an unknown key or a value of the wrong type is refused); a sweep's points are each
 planned before the first job runs (harness/frontend/sweeper.py). This module only turns what they
 raise into one line: `run.debug=true` or HYDRA_FULL_ERROR=1 shows the full error instead.
-Tab completion (`-sc install=bash`), `--config-dir` presets, interpolations (`microbatches=${pp}`)
+Tab completion (`-sc install=bash`: completion_script), `--config-dir` presets, interpolations (`microbatches=${pp}`)
 and quoted values are Hydra's own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import sys
@@ -99,35 +97,94 @@ class _QuietJobErrors:
 
 
 _PYTHON_M = re.compile(r"^\s*\S*python[\d.]*\s+-m\s+harness(?=\s|$)")
-_PY_BRANCH = """        file_path=$(pwd)/${words[1]}
-        if [ ! -f "$file_path" ]; then
+# the commands the completion is bound to: bash looks a compspec up by the command's full path, then by
+# its last part (.venv/bin/python is `python`); python3.X by name, each minor of its own
+COMMANDS = ("python", "python3", *(f"python3.{minor}" for minor in range(30)), "harness")
+# Hydra's bash completion function (hydra/_internal/core_plugins/bash_completion.py), but the
+# interpreter may be any python (a path, python3.X) and `-m harness` is completed by
+# `<python> -m harness -sc query=bash` (Hydra's completes `python app.py` and an app by its name)
+_FUNCTION = """hydra_bash_completion()
+{
+    words=($COMP_LINE)
+    if [[ "${words[0]##*/}" =~ ^python[0-9.]*$ ]]; then
+        if (( ${#words[@]} < 2 )); then
             return
         fi
-        grep "@hydra.main" $file_path -q
-        helper="${words[0]} ${words[1]}"
+        if [ "${words[1]}" == "-m" ]; then
+            if [ "${words[2]}" != "harness" ]; then
+                return
+            fi
+            helper="${words[0]} -m harness"
+        else
+            file_path=$(pwd)/${words[1]}
+            if [ ! -f "$file_path" ]; then
+                return
+            fi
+            grep "@hydra.main" $file_path -q
+            helper="${words[0]} ${words[1]}"
+        fi
+    else
+        helper="${words[0]}"
+        true
+    fi
+
+    EXECUTABLE=($(command -v $helper))
+    if [ "$HYDRA_COMP_DEBUG" == "1" ]; then
+        printf "EXECUTABLE_FIRST='${EXECUTABLE[0]}'\\n"
+    fi
+    if ! [ -x "${EXECUTABLE[0]}" ]; then
+        false
+    fi
+
+    if [ $? == 0 ]; then
+        choices=$( COMP_POINT=$COMP_POINT COMP_LINE=$COMP_LINE $helper -sc query=bash)
+        word=${words[$COMP_CWORD]}
+
+        if [ "$HYDRA_COMP_DEBUG" == "1" ]; then
+            printf "\\n"
+            printf "COMP_LINE='$COMP_LINE'\\n"
+            printf "COMP_POINT='$COMP_POINT'\\n"
+            printf "Word='$word'\\n"
+            printf "Output suggestions:\\n"
+            printf "\\t%s\\n" ${choices[@]}
+        fi
+        COMPREPLY=($( compgen -o nospace -o default -W "$choices" -- "$word" ));
+    fi
+}
 """
 
 
-def completion_script(script: str) -> str:
-    """Hydra's bash completion completes `python file.py` and `app`; this also completes
-    `python -m harness` (the helper it calls is then `python -m harness -sc query=bash`)."""
-    if _PY_BRANCH not in script:
-        return script
-    return script.replace(_PY_BRANCH, """        if [ "${words[1]}" == "-m" ] && [ "${words[2]}" == "harness" ]; then
-            helper="${words[0]} -m harness"
-        else
-""" + _PY_BRANCH.replace("\n        ", "\n            ").replace("        file_path", "            file_path", 1) +
-        "        fi\n")
+def completion_commands(argv0: str) -> list[str]:
+    """What the completion is bound to: every python, `harness`, and the script run if it is
+    another (a console script under another name)."""
+    name = os.path.basename(argv0)
+    return [*COMMANDS, *([name] if name and not name.endswith(".py") and name not in COMMANDS else [])]
 
 
-def _shell_completion(argv: list[str]) -> bool:
-    """`-sc ...`: the line being completed as `harness ...` (Hydra strips `python file.py` or an
-    app's name, not `python -m harness`); True when the install script is asked for under -m."""
-    if "-sc" not in argv and "--shell-completion" not in argv:
-        return False
+def completion_script(command: str, argv0: str) -> str:
+    """`-sc install=bash` (zsh: the same, through bashcompinit) and `-sc uninstall=bash`: Hydra's,
+    bound to every way the README runs the harness (`python -m harness`, `.venv/bin/python -m
+    harness`, `python3.X -m harness`, `harness`) instead of the literal `python` or the app's name."""
+    names = " ".join(completion_commands(argv0))
+    if command == "uninstall":
+        return (f"unset hydra_bash_completion\ncomplete -r {names} 2> /dev/null\n"
+                f"{os.environ.get('_HYDRA_OLD_COMP', '')}\nunset _HYDRA_OLD_COMP\n")
+    return (f"export _HYDRA_OLD_COMP=$(complete -p {names} 2> /dev/null)\n{_FUNCTION}\n"
+            "COMP_WORDBREAKS=${COMP_WORDBREAKS//=}\n"
+            f"COMP_WORDBREAKS=$COMP_WORDBREAKS complete -o nospace -o default -F hydra_bash_completion {names}\n")
+
+
+def shell_completion(argv: list[str]) -> str | None:
+    """`-sc ...`: "install" or "uninstall" for bash or zsh (the script is ours: completion_script),
+    else None (Hydra answers: a query, fish). A query's line is made `harness ...`: Hydra
+    strips `python file.py` or an app's name, not `<python> -m harness`."""
+    flag = next((i for i, a in enumerate(argv) if a in ("-sc", "--shell-completion")), None)
+    if flag is None:
+        return None
     if "COMP_LINE" in os.environ:
         os.environ["COMP_LINE"] = _PYTHON_M.sub("harness", os.environ["COMP_LINE"])
-    return any(a.startswith("install=") for a in argv) and os.path.basename(sys.argv[0]) == "__main__.py"
+    command, _, shell = (argv[flag + 1] if flag + 1 < len(argv) else "").partition("=")
+    return command if command in ("install", "uninstall") and shell in ("bash", "zsh") else None
 
 
 def fail(message: str) -> NoReturn:
@@ -144,10 +201,13 @@ def main() -> None:
     argv = [quote_fault(a) for a in argv]
     full = os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0") or any(_TRUE.match(a) for a in argv)
     sys.argv[1:] = argv
+    if (script := shell_completion(argv)) is not None:  # no config composed: the script alone
+        print(completion_script(script, sys.argv[0]), end="")
+        return
     from hydra.core.global_hydra import GlobalHydra
 
     from harness.frontend.app import main as hydra_main
-    from harness.frontend.errors import hydra_problem
+    from harness.frontend.errors import check_deletions, hydra_problem
     from harness.frontend.sweeper import FULL_ERRORS_ENV
 
     GlobalHydra.instance().clear()  # a second main() in one process (tests) starts afresh, as Hydra expects
@@ -158,13 +218,8 @@ def main() -> None:
     if not full:
         sys.stderr = _QuietJobErrors(stderr)  # type: ignore[assignment]
     try:
-        if _shell_completion(argv):
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                hydra_main()
-            print(completion_script(out.getvalue()), end="")
-        else:
-            hydra_main()
+        check_deletions(overrides_of(argv))  # `~pp` composes without error: it would run the default unasked
+        hydra_main()
         signals.check()  # one that arrived where its raise was lost (a finalizer) still ends it
     except KeyboardInterrupt:  # between jobs: nothing was running, every record is complete
         print("harness: interrupted", file=sys.stderr)
