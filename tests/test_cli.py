@@ -65,6 +65,19 @@ BAD = [
     (["ppp=2"], "ppp=2: unknown key (did you mean pp?)"),
     (["+typo=1"], "typo=1: unknown key"),
     (["+model.hiden=3"], "model.hiden=3: unknown key (did you mean model.hidden?)"),
+    (["+model.dropout=0.1"], "model.dropout=0.1: unknown key (every key is listed in harness/config.py)"),  # no hf arch
+    (["+model.head=2"], "model.head=2: unknown key (model=mlp has no key like it; model.heads is model=gpt's, model=hf's)"),
+    (["model=gpt", "+model.head=2"], "model.head=2: unknown key (did you mean model.heads?)"),
+    (["+schedule.foo=1"], "schedule.foo=1: unknown key (every key is listed"),  # not "did you mean schedule?"
+    # ~key: a key or group the schema always sets, refused (it would run the default); not a key at all, unknown
+    (["~pp"], "~pp: pp always has a value (the schema's default: pp=4): set it instead (pp=<value>)"),
+    (["~pp=4"], "~pp=4: pp always has a value"),
+    (["model=gpt", "~model.heads"], "~model.heads: model.heads always has a value (the schema's default: model.heads=4)"),
+    (["~model.hidden"], "~model.hidden: model.hidden always has a value (the schema's default: model.hidden=256)"),
+    (["~run"], "~run: run is a section the schema always has: set its keys instead (run.max_processes=<value>)"),
+    (["~model"], "~model: model always has an option (the schema's default: model=mlp): choose another instead"),
+    (["~schedule"], "~schedule: schedule always has an option (the schema's default: schedule=1f1b)"),
+    (["~ppp"], "~ppp: unknown key (did you mean pp?)"),
     (["pp=abc"], "pp=abc: must be an integer"),
     (["pp=[1,2]"], "pp=[1,2]: must be an integer"),
     (["checkpointing=maybe"], "checkpointing=maybe: must be true or false"),
@@ -221,15 +234,262 @@ def test_copied_configs_equal_composed_ones():
 # --- Hydra's own: completion, presets, interpolation, quoting ------------------------------
 
 def test_tab_completion(monkeypatch, capsys, tmp_path):
+    """The install script binds every way the README runs the harness, and a query under any
+    python completes as under `harness`: no internal schema_* options among a group's."""
     monkeypatch.chdir(tmp_path)
     code, out, _ = harness(monkeypatch, capsys, "-sc", "install=bash", argv0=str(ROOT / "harness" / "__main__.py"))
-    assert code == 0 and "complete -o nospace -o default -F hydra_bash_completion python" in out
-    assert 'helper="${words[0]} -m harness"' in out  # python -m harness completes too
-    monkeypatch.setenv("COMP_LINE", "python -m harness schedule=g")
-    code, out, _ = harness(monkeypatch, capsys, "-sc", "query=bash")
-    assert code == 0 and out.split() == ["schedule=gpipe"]
-    monkeypatch.setenv("COMP_LINE", "harness model.hid")
-    assert harness(monkeypatch, capsys, "-sc", "query=bash")[1].split() == ["model.hidden="]
+    bound = out.strip().splitlines()[-1].split("-F hydra_bash_completion ")[1].split()
+    assert code == 0 and {"python", "python3", "python3.11", "python3.13", "harness"} <= set(bound)
+    assert 'helper="${words[0]} -m harness"' in out and '"${words[0]##*/}" =~ ^python[0-9.]*$' in out
+    assert harness(monkeypatch, capsys, "-sc", "install=zsh", argv0="/x/bin/harness")[1] == out  # zsh: through bashcompinit
+    code, out, _ = harness(monkeypatch, capsys, "-sc", "uninstall=bash")
+    assert code == 0 and "unset hydra_bash_completion" in out and "complete -r python python3 " in out
+    for line, expected in [("python -m harness schedule=g", ["schedule=gpipe"]),
+                           (".venv/bin/python -m harness schedule=g", ["schedule=gpipe"]),
+                           ("/usr/bin/python3.12 -m harness model.hid", ["model.hidden="]),
+                           ("harness model.hid", ["model.hidden="]),
+                           ("harness model=", [f"model={m}" for m in ("custom", "gpt", "gpt2_small", "hf", "mlp")])]:
+        monkeypatch.setenv("COMP_LINE", line)
+        code, out, _ = harness(monkeypatch, capsys, "-sc", "query=bash")
+        assert code == 0 and out.split() == expected, line
+    monkeypatch.setenv("COMP_LINE", "harness schedule=")
+    assert not [o for o in harness(monkeypatch, capsys, "-sc", "query=bash")[1].split() if "schema" in o]
+
+
+@pytest.mark.subprocess
+def test_tab_completion_in_bash(tmp_path):
+    """The installed script in a real bash, as the shell calls it on <TAB> (each query a fresh
+    interpreter: ~1 s): `.venv/bin/python -m harness`, `python3.11 -m harness` and the `harness`
+    console script complete; another module run with -m gets nothing from it."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    bin_dir, venv = tmp_path / "bin", tmp_path / ".venv" / "bin"
+    for path in (bin_dir / "python", bin_dir / "python3.11", venv / "python"):  # this interpreter under those names
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        path.chmod(0o755)
+    (bin_dir / "harness").write_text(f"#!{sys.executable}\nimport sys\nfrom harness.frontend.cli import main\n"
+                                     "sys.exit(main())\n")  # what pip writes for the console script
+    (bin_dir / "harness").chmod(0o755)
+    lines = [".venv/bin/python -m harness schedule=g", "python3.11 -m harness model.hid", "harness schedule=zb_h",
+             "python -m other schedule=g"]
+    script = ['eval "$(python -m harness -sc install=bash)"']
+    for line in lines:
+        script += [f'COMP_LINE="{line}"; COMP_POINT=${{#COMP_LINE}}; words=($COMP_LINE); '
+                   "COMP_CWORD=$(( ${#words[@]} - 1 )); COMPREPLY=(); hydra_bash_completion; "
+                   'echo "[${COMPREPLY[*]}]"']
+    script += ["complete -p python3.11 harness"]
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([bash, "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout.splitlines()
+    assert out[:4] == ["[schedule=gpipe]", "[model.hidden=]", "[schedule=zb_h1 schedule=zb_h2]", "[]"], p.stdout
+    assert out[4:] == [f"complete -o default -o nospace -F hydra_bash_completion {n}" for n in ("python3.11", "harness")]
+
+
+def test_internal_options_are_in_no_listing(monkeypatch, capsys, tmp_path):
+    """The options' dataclasses (harness_schema_<group>_<option>) are no options: --help lists
+    none, and a glob sweep over a group takes its YAML options only, while the options still
+    type their keys."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.frontend.compose import compose_config, register
+
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = harness(monkeypatch, capsys, "--help")
+    assert code == 0 and "schedule: 1f1b, csv, dualpipev," in out and "schema" not in out.partition("== Config ==")[0]
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="harness.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        parser = OverridesParser.create(config_loader=loader)
+        for group in ("schedule", "model", "partition", "optimizer"):
+            options = list(parser.parse_overrides([f"{group}=glob(*)"])[0].sweep_string_iterator())
+            assert options and not [o for o in options if "schema" in o], options
+    GlobalHydra.instance().clear()
+    assert type(compose_config(["model=gpt"]).model).__name__ == "GPTConfig"
+    code, _, err = harness(monkeypatch, capsys, "schedule=zb_auto", "schedule.memory_limit=abc", *QUIET)
+    assert code == 2 and "schedule.memory_limit=abc: must be" in err, err
+
+
+def test_a_glob_sweep_runs_the_options_only(monkeypatch, capsys, tmp_path):
+    """`schedule=glob(*zb_auto)` was zb_auto and its dataclass's entry, schema_zb_auto: one point now."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = harness(monkeypatch, capsys, "-m", "schedule=glob(*zb_auto)", *SIM, "pp=2", "microbatches=2",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 0, err
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("result.json")]
+    assert [r["config"]["schedule"]["name"] for r in records] == ["zb_auto"]
+
+
+def test_deleting_what_may_go(monkeypatch, capsys, tmp_path):
+    """~ stays for what may go: an optional group's choice; a required one is refused by the
+    tools' composition too."""
+    from harness.config import ConfigError
+    from harness.frontend.compose import compose_config
+
+    assert compose_config(["cluster=h200_node", "~cluster"]).cluster is None
+    assert compose_config(["experiment=dp", "~experiment"]).pp == 4
+    with pytest.raises(ConfigError, match=r"^~microbatches: microbatches always has a value"):
+        compose_config(["~microbatches"])
+
+
+@pytest.mark.grid  # ~600 misspellings, each checked against the schema (~3 ms idle)
+def test_suggestions_are_keys_of_the_chosen_option():
+    """Every "did you mean X?" names a key the config has with the option chosen, for typos of
+    every key (a letter dropped, two swapped): a group's under each of its options,
+    the others under the defaults."""
+    from harness.config import OPTIONS, keys_of, unknown_key
+
+    every = sorted(schema_keys())
+    cases = [(None, None, [k for k in every if k.partition(".")[0] not in OPTIONS])]
+    cases += [(g, o, [k for k in every if k.startswith(f"{g}.")]) for g, options in OPTIONS.items() for o in options]
+    checked = 0
+    for group, option, keys in cases:
+        real = keys_of({group: option} if group else None)
+        for key in keys:
+            section, _, leaf = key.rpartition(".")
+            for typo in {leaf[:-1], leaf[1:2] + leaf[:1] + leaf[2:]} - {leaf, ""}:
+                wrong = f"{section}.{typo}" if section else typo
+                if wrong not in real:
+                    near = re.search(r"did you mean (\S+)\?", unknown_key(wrong, 1, option))
+                    assert near is None or near.group(1) in real, (wrong, option, near.group(1))
+                    checked += 1
+    assert checked > 300
+
+
+# --- Hydra's own: completion, presets, interpolation, quoting ------------------------------
+
+def test_tab_completion(monkeypatch, capsys, tmp_path):
+    """The install script binds every way the README runs the harness, and a query under any
+    python completes as under `harness`: no internal schema_* options among a group's."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = harness(monkeypatch, capsys, "-sc", "install=bash", argv0=str(ROOT / "harness" / "__main__.py"))
+    bound = out.strip().splitlines()[-1].split("-F hydra_bash_completion ")[1].split()
+    assert code == 0 and {"python", "python3", "python3.11", "python3.13", "harness"} <= set(bound)
+    assert 'helper="${words[0]} -m harness"' in out and '"${words[0]##*/}" =~ ^python[0-9.]*$' in out
+    assert harness(monkeypatch, capsys, "-sc", "install=zsh", argv0="/x/bin/harness")[1] == out  # zsh: through bashcompinit
+    code, out, _ = harness(monkeypatch, capsys, "-sc", "uninstall=bash")
+    assert code == 0 and "unset hydra_bash_completion" in out and "complete -r python python3 " in out
+    for line, expected in [("python -m harness schedule=g", ["schedule=gpipe"]),
+                           (".venv/bin/python -m harness schedule=g", ["schedule=gpipe"]),
+                           ("/usr/bin/python3.12 -m harness model.hid", ["model.hidden="]),
+                           ("harness model.hid", ["model.hidden="]),
+                           ("harness model=", [f"model={m}" for m in ("custom", "gpt", "gpt2_small", "hf", "mlp")])]:
+        monkeypatch.setenv("COMP_LINE", line)
+        code, out, _ = harness(monkeypatch, capsys, "-sc", "query=bash")
+        assert code == 0 and out.split() == expected, line
+    monkeypatch.setenv("COMP_LINE", "harness schedule=")
+    assert not [o for o in harness(monkeypatch, capsys, "-sc", "query=bash")[1].split() if "schema" in o]
+
+
+@pytest.mark.subprocess
+def test_tab_completion_in_bash(tmp_path):
+    """The installed script in a real bash, as the shell calls it on <TAB> (each query a fresh
+    interpreter: ~1 s): `.venv/bin/python -m harness`, `python3.11 -m harness` and the `harness`
+    console script complete; another module run with -m gets nothing from it."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    bin_dir, venv = tmp_path / "bin", tmp_path / ".venv" / "bin"
+    for path in (bin_dir / "python", bin_dir / "python3.11", venv / "python"):  # this interpreter under those names
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        path.chmod(0o755)
+    (bin_dir / "harness").write_text(f"#!{sys.executable}\nimport sys\nfrom harness.frontend.cli import main\n"
+                                     "sys.exit(main())\n")  # what pip writes for the console script
+    (bin_dir / "harness").chmod(0o755)
+    lines = [".venv/bin/python -m harness schedule=g", "python3.11 -m harness model.hid", "harness schedule=zb_h",
+             "python -m other schedule=g"]
+    script = ['eval "$(python -m harness -sc install=bash)"']
+    for line in lines:
+        script += [f'COMP_LINE="{line}"; COMP_POINT=${{#COMP_LINE}}; words=($COMP_LINE); '
+                   "COMP_CWORD=$(( ${#words[@]} - 1 )); COMPREPLY=(); hydra_bash_completion; "
+                   'echo "[${COMPREPLY[*]}]"']
+    script += ["complete -p python3.11 harness"]
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([bash, "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout.splitlines()
+    assert out[:4] == ["[schedule=gpipe]", "[model.hidden=]", "[schedule=zb_h1 schedule=zb_h2]", "[]"], p.stdout
+    assert out[4:] == [f"complete -o default -o nospace -F hydra_bash_completion {n}" for n in ("python3.11", "harness")]
+
+
+def test_internal_options_are_in_no_listing(monkeypatch, capsys, tmp_path):
+    """The options' dataclasses (harness_schema_<group>_<option>) are no options: --help lists
+    none, and a glob sweep over a group takes its YAML options only, while the options still
+    type their keys."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.frontend.compose import compose_config, register
+
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = harness(monkeypatch, capsys, "--help")
+    assert code == 0 and "schedule: 1f1b, csv, dualpipev," in out and "schema" not in out.partition("== Config ==")[0]
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="harness.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        parser = OverridesParser.create(config_loader=loader)
+        for group in ("schedule", "model", "partition", "optimizer"):
+            options = list(parser.parse_overrides([f"{group}=glob(*)"])[0].sweep_string_iterator())
+            assert options and not [o for o in options if "schema" in o], options
+    GlobalHydra.instance().clear()
+    assert type(compose_config(["model=gpt"]).model).__name__ == "GPTConfig"
+    code, _, err = harness(monkeypatch, capsys, "schedule=zb_auto", "schedule.memory_limit=abc", *QUIET)
+    assert code == 2 and "schedule.memory_limit=abc: must be" in err, err
+
+
+def test_a_glob_sweep_runs_the_options_only(monkeypatch, capsys, tmp_path):
+    """`schedule=glob(*zb_auto)` was zb_auto and its dataclass's entry, schema_zb_auto: one point now."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = harness(monkeypatch, capsys, "-m", "schedule=glob(*zb_auto)", *SIM, "pp=2", "microbatches=2",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 0, err
+    records = [json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("result.json")]
+    assert [r["config"]["schedule"]["name"] for r in records] == ["zb_auto"]
+
+
+def test_deleting_what_may_go(monkeypatch, capsys, tmp_path):
+    """~ stays for what may go: an optional group's choice; a required one is refused by the
+    tools' composition too."""
+    from harness.config import ConfigError
+    from harness.frontend.compose import compose_config
+
+    assert compose_config(["cluster=h200_node", "~cluster"]).cluster is None
+    assert compose_config(["experiment=dp", "~experiment"]).pp == 4
+    with pytest.raises(ConfigError, match=r"^~microbatches: microbatches always has a value"):
+        compose_config(["~microbatches"])
+
+
+def test_suggestions_are_keys_of_the_chosen_option():
+    """Every "did you mean X?" names a key the config has with the option chosen, for typos of
+    every key of every option (a letter dropped, doubled, two swapped)."""
+    from harness.config import OPTIONS, keys_of, unknown_key
+
+    checked = 0
+    for group, options in OPTIONS.items():
+        for option in options:
+            keys = keys_of({group: option})
+            for key in sorted(schema_keys()):
+                leaf = key.rpartition(".")[2]
+                for typo in {leaf[:-1], leaf + leaf[-1], leaf[1:2] + leaf[:1] + leaf[2:], leaf + "x"} - {leaf, ""}:
+                    wrong = key[: len(key) - len(leaf)] + typo
+                    if wrong in keys:
+                        continue
+                    said = unknown_key(wrong, 1, option if wrong.startswith(f"{group}.") else None)
+                    near = re.search(r"did you mean (\S+)\?", said)
+                    assert near is None or near.group(1) in keys_of({group: option} if wrong.startswith(f"{group}.")
+                                                                    else None), said
+                    checked += 1
+    assert checked > 1000
 
 
 def test_config_dir_presets_interpolation_and_quotes(monkeypatch, capsys, tmp_path):

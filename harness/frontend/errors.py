@@ -146,15 +146,16 @@ def deletion_problem(o: Any, chosen: dict[str, str], groups: set[str], unknown: 
     """Why `~key` (a parsed override) is refused, or None. The schema gives every key a value
     and every group of BASES an option: deleting one would run its default unasked (OmegaConf
     fills a missing field in), so it is refused; what may go is an optional group's choice
-    (~experiment, ~cluster), an entry of a dict (~model.kwargs.depth) and Hydra's own.
+    (~experiment, ~cluster), a key unset by default (~profile), an entry of a dict
+    (~model.kwargs.depth) and Hydra's own.
     `unknown`: an unknown key is refused too (else left to Hydra)."""
     key, line = o.key_or_group, str(o.input_line)
     if o.package is not None or "/" in key or key == "hydra" or key.startswith("hydra."):
         return None
     if key in BASES:
         return (f"{line}: {key} always has an option (the schema's default: {key}={getattr(Config(), key).name}): "
-                "choose another instead; ~ removes only an optional group's choice (~experiment, ~cluster) or a dict's "
-                "entry")
+                "choose another instead; ~ removes only an optional group's choice (~experiment), a key unset by "
+                "default (~profile) or a dict's entry")
     if key in groups:
         return None
     hint, lacking = _hint(key, chosen)
@@ -163,7 +164,10 @@ def deletion_problem(o: Any, chosen: dict[str, str], groups: set[str], unknown: 
     if hint is Any and "." in key and _is_dict(_hint(key.rpartition(".")[0], chosen)[0]):
         return None  # an entry of a dict: deleting it is what ~ is for
     default = _default(key, chosen)
-    only = "~ removes only an optional group's choice (~experiment, ~cluster) or a dict's entry"
+    if default is None:
+        return None  # a key that may be unset (~profile): deleting it leaves it unset, what it says
+    only = ("~ removes only an optional group's choice (~experiment), a key unset by default (~profile) or a dict's "
+            "entry")
     if dataclasses.is_dataclass(default):
         first = dataclasses.fields(default)[0].name
         return f"{line}: {key} is a section the schema always has: set its keys instead ({key}.{first}=<value>); {only}"
