@@ -373,6 +373,34 @@ def set_keys(c: Config, **values: Any) -> Config:
     return c
 
 
+def config_from_record(data: dict) -> Config:
+    """A record's `config` (result.json, any version) as a typed Config, for readers of records
+    (the report): each group as its option's dataclass, keys this schema lacks ignored (a key
+    a later version dropped), keys the record lacks at their defaults (one an older version did
+    not have), numbers where floats belong as floats. Unchecked: a reader that needs a value of
+    the right type checks it on the dict first (harness/report/load.py)."""
+    return _dataclass_from(Config, data if isinstance(data, dict) else {})
+
+
+def _dataclass_from(cls: type, data: dict) -> Any:
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, hint = data[f.name], hints[f.name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        base = args[0] if len(args) == 1 else hint
+        if cls is Config and f.name in OPTIONS and isinstance(value, dict):
+            base = option_class(f.name, str(value.get("name", BASES[f.name].name)))
+        if dataclasses.is_dataclass(base) and isinstance(value, dict):
+            value = _dataclass_from(base, value)
+        elif base is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        values[f.name] = value
+    return cls(**values)
+
+
 def switch_option(c: Config, group: str, name: str) -> None:
     """c.<group> becomes option `name`: its dataclass's defaults, and the values of the fields
     the old option shares with it."""

@@ -21,7 +21,7 @@ from harness.records.atomic import write_json_atomic
 from harness.records.identity import identity_config, provenance
 from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment, wall_clock_origin, write_trace_json
 from harness.measure.reference import reference_losses
-from harness.records.result import Metrics, RecordError, Result, read
+from harness.records.result import Metrics, RecordError, Result, measurement_of, read
 from harness.records import running
 from harness.records.wandb_log import log_wandb
 from harness.runtime.faults import maybe_fail_write, maybe_interrupt, parse_fault
@@ -166,6 +166,7 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
             for f in (RESULT, TRACE, GANTT):  # a rerun's earlier records no longer describe this directory
                 (out_dir / f).unlink(missing_ok=True)
             result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
+            result.measurement = measurement_of(plan.config.executor, plan.config.compute, plan.simulated)
             result.provenance = provenance(plan.config, point, started)
             result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
             maybe_interrupt(parse_fault(c.run.fault), "plan")

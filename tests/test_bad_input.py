@@ -157,7 +157,7 @@ def test_the_report_never_copies_or_reads_a_trace_or_gantt_that_is_no_regular_fi
     from tests.test_report import fake
 
     run = fake(0)
-    job = tmp_path / "sweep" / run["_dir"]
+    job = tmp_path / "sweep" / run.dir
     job.mkdir(parents=True)
     with open(job / "trace.json", "wb") as f:
         f.truncate(8 * 2**30)

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from harness.frontend import cli
 from harness.config import job_dirname, schema_keys
 from harness.records.jsonsafe import strict
-from harness.report.runs import run_id
+from harness.report.runs import job_id
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["wandb.mode=disabled", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled", "hydra.output_subdir=null"]
@@ -191,7 +191,7 @@ def test_skip_invalid_runs_the_rest_and_lists_what_it_skipped(monkeypatch, capsy
     assert "harness: skipped: [pp=9 microbatches=1] pp=9: 9 stages" in err
     assert "harness: skipping 2 of 4 sweep points that cannot run (run.skip_invalid=true)" in err
     records = {p.parent.name: json.loads(p.read_text()) for p in sweep.rglob("result.json")}
-    assert sorted(run_id({"_dir": d}) for d in records) == ["2", "3"]  # the points' own numbers
+    assert sorted(job_id(d) for d in records) == ["2", "3"]  # the points' own numbers
     assert all(r["status"] == "ok" for r in records.values())
     assert "job 1/2 " in out and "2 ok, 2 skipped" in out
 
@@ -536,7 +536,7 @@ def test_long_sweeps_get_short_job_directories(monkeypatch, capsys, tmp_path):
     assert code == 0, err
     jobs = sorted(p.parent.name for p in (tmp_path / "sweep").rglob("result.json"))
     assert len(jobs) == 2 and all(len(j.encode()) <= 110 for j in jobs)
-    assert [run_id({"_dir": j}) for j in jobs] == ["0", "1"]
+    assert [job_id(j) for j in jobs] == ["0", "1"]
 
 
 def test_job_dirname():

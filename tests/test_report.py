@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.records.result import Bubble, Env, Memory, Metrics, Result
+from harness.records.result import Bubble, Env, Memory, Metrics, Result, measurement_of
 from harness.report.build import build_report
 from harness.report.figures import provenance
 from harness.report.load import load_sweep
-from harness.report.runs import schedule_label
+from harness.report.runs import Run, schedule_label
 from harness.report.throughput import dp_scaling
 from harness.report.zero_bubble import _peak_share, zero_bubble_study
 
@@ -85,8 +85,8 @@ def test_report_of_a_real_sweep(sweep, tmp_path, report):
     assert "| params | [4, 4] |" in md and "| uniform | [4, 4] |" in md
 
 
-def fake(run_id: int, **config) -> dict:
-    """A made-up ok record of the current schema, as the report reads it (with `_dir`)."""
+def fake(run_id: int, **config) -> Run:
+    """A made-up ok record of the current schema, as the report reads it (in job `<run_id>_x`)."""
     c = {"schedule": {"name": "1f1b"}, "pp": 2, "dp": 1, "virtual_stages": 1, "microbatches": 4,
          "microbatch_size": 4, "compute": "emulated", "executor": "native", "device": "cpu",
          "partition": {"name": "uniform"}, "model": {"name": "mlp", "layers": 8, "hidden": 32}} | config
@@ -102,7 +102,8 @@ def fake(run_id: int, **config) -> dict:
                       memory=Memory(peak_activation_bytes_per_rank=[2**20, 2**19],
                                     theory_peak_microbatches_per_rank=[2, 1],
                                     activation_bytes_per_microbatch_per_rank=[2**19, 2**19]))
-    return {**Result("ok", None, c, env=env, metrics=metrics).to_json(), "_dir": f"{run_id}_x"}
+    return Run(Result("ok", None, c, env=env, metrics=metrics,
+                      measurement=measurement_of(c["executor"], c["compute"])), f"{run_id}_x")
 
 
 def test_dp_scaling_draws_when_dp_varies_and_says_so_when_not(tmp_path):
@@ -120,8 +121,8 @@ def test_mixed_compute_modes_are_said_in_every_figure(tmp_path):
                                 "MIXED compute: not like for like")
     sweep = tmp_path / "mixed"
     for r in runs:
-        (sweep / r["_dir"]).mkdir(parents=True)
-        (sweep / r["_dir"] / "result.json").write_text(json.dumps({k: v for k, v in r.items() if k != "_dir"}))
+        (sweep / r.dir).mkdir(parents=True)
+        (sweep / r.dir / "result.json").write_text(json.dumps(r.result.to_json()))
     loaded = load_sweep(sweep)
     assert len(loaded.runs) == 4 and not loaded.corrupt
     md = build_report(loaded, tmp_path / "rep").read_text()
@@ -139,9 +140,9 @@ def test_mixed_compute_modes_are_said_in_every_figure(tmp_path):
 def test_zero_bubble_figure_draws_both_bubbles_and_memory_per_schedule(tmp_path):
     """Generated (zb_auto at two limits, each its own series) beside handcrafted; a sweep with
     no zero-bubble schedule says so."""
-    def zb(i: int, name: str, m: int, **schedule) -> dict:
+    def zb(i: int, name: str, m: int, **schedule) -> Run:
         r = fake(i, microbatches=m, schedule={"name": name, **schedule})
-        r["metrics"]["bubble"]["steady_measured"] = 0.1 - 0.01 * i
+        r.metrics.bubble.steady_measured = 0.1 - 0.01 * i
         return r
 
     none = zero_bubble_study([zb(0, "1f1b", 4)], tmp_path)
@@ -151,5 +152,5 @@ def test_zero_bubble_figure_draws_both_bubbles_and_memory_per_schedule(tmp_path)
         ("zb_auto", 4, {"memory_limit": 2.0}), ("zb_auto", 8, {"memory_limit": 2.0})])]
     fig = zero_bubble_study(runs, tmp_path)
     assert fig.path == tmp_path / "zero_bubble.png" and fig.missing == [] and fig.held.endswith("runs 0-5")
-    assert {schedule_label(r["config"]) for r in runs} == {"zb_h1", "zb_auto mem=1", "zb_auto mem=2"}
+    assert {schedule_label(r.cfg) for r in runs} == {"zb_h1", "zb_auto mem=1", "zb_auto mem=2"}
     assert _peak_share(runs[0]) == pytest.approx(1.0)  # 2^20 bytes on rank 0 = pp x 2^19

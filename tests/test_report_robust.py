@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def record(run_id: int = 0, **config) -> dict:
-    """A valid record as written to result.json (no `_dir`)."""
-    return {k: v for k, v in fake(run_id, **config).items() if k != "_dir"}
+    """A valid record as written to result.json."""
+    return fake(run_id, **config).result.to_json()
 
 
 def bounded(fn, *args, timeout: float = 20):
@@ -174,7 +174,7 @@ def bad_sweep(tmp_path_factory) -> Path:
 
 def test_every_bad_record_is_listed_with_its_reason(bad_sweep):
     sweep = bounded(load_sweep, bad_sweep)
-    assert sorted(r["_dir"] for r in sweep.runs) == ["0_x", "1_x"]
+    assert sorted(r.dir for r in sweep.runs) == ["0_x", "1_x"]
     listed = dict(sweep.corrupt)
     assert len(listed) == len(sweep.corrupt) == len(BAD)
     for name, _, reason in BAD:

@@ -166,7 +166,7 @@ def test_resume_reruns_what_changed_says_why_and_matches_points_by_their_identit
     assert "2 run again" in p.stdout and "model.target changed" in p.stdout, p.stdout
     assert len(records(sweep)) == 4  # new directories (the new numbers): the old records stand beside them
     report = load_sweep(sweep)
-    assert sorted(r["config"]["microbatches"] for r in report.runs) == [2, 4]  # one per point: the newest
+    assert sorted(r.cfg.microbatches for r in report.runs) == [2, 4]  # one per point: the newest
     assert sorted(old for old, _ in report.superseded) == sorted(first)
     assert "superseded by a newer record of the same point" in p.stdout
     # a new commit reruns everything, and says so

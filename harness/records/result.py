@@ -40,16 +40,28 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config import Config, config_from_record
 from harness.schedules.ir import Action
 from harness.simulate.cost import CostModel
 
 SCHEMA_VERSION = 6
+MEASUREMENTS = ("measured", "emulated", "simulated")  # Result.measurement: what made a record's times
+
+
+def measurement_of(executor: str, compute: str, simulated: bool | None = None) -> str | None:
+    """What made a run's times: `simulated` (the simulator, executor=sim: no clock ran),
+    `emulated` (workers held each action to its modeled cost, compute=emulated) or `measured`
+    (workers timed real compute); None where that is not known yet (compute=auto unplanned)."""
+    if simulated if simulated is not None else executor == "sim":
+        return "simulated"
+    return {"emulated": "emulated", "real": "measured"}.get(compute) if isinstance(compute, str) else None
 
 
 class RecordError(ValueError):
@@ -247,6 +259,9 @@ class Result:
     trace_json: dict | None = None  # what trace.json kept: steps and events written and dropped (a size cap)
     nulls: list[str] = field(default_factory=list)  # fields written as null because they were not finite numbers
     provenance: dict | None = None  # point, identity, code, input files' sha256, start (identity.provenance): what resume compares
+    # measured | emulated | simulated (MEASUREMENTS, measurement_of): what made its times; set once
+    # planned, derived from config and plan on reading a record that lacks it; None: not planned
+    measurement: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict:
@@ -256,9 +271,17 @@ class Result:
     def from_json(cls, data: Any) -> "Result":
         return _build(cls, upgrade(data), "result")
 
+    @functools.cached_property
+    def cfg(self) -> Config:
+        """`config` as the typed Config (harness/config.py config_from_record), built once: what
+        readers of a record (the report) read, never the dict."""
+        return config_from_record(self.config)
+
     @property
     def simulated(self) -> bool:
         """Whether its timings came from the simulator, not from clocks (as recorded)."""
+        if self.measurement is not None:
+            return self.measurement == "simulated"
         return self.plan.simulated if self.plan is not None else self.config.get("executor") == "sim"
 
     def headline(self) -> str:
@@ -340,6 +363,13 @@ def upgrade(data: Any) -> dict:
 
         data["config"] = upgrade_config(data["config"])
         data["provenance"] = upgrade_provenance(data.get("provenance"), data["config"])
+    if data.get("measurement") not in (None, *MEASUREMENTS):
+        raise RecordError(f"measurement={data['measurement']!r}: unknown (allowed: {', '.join(MEASUREMENTS)}, null)")
+    if "measurement" not in data and isinstance(data.get("config"), dict):  # records before the field
+        c, plan = data["config"], data.get("plan")
+        simulated = plan.get("simulated") if isinstance(plan, dict) else None
+        data["measurement"] = measurement_of(c.get("executor"), c.get("compute"),
+                                             simulated if isinstance(simulated, bool) else None)
     data["schema_version"] = SCHEMA_VERSION
     return data
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, save
-from harness.report.runs import ok, run_id, run_ids, schedule_label
+from harness.report.runs import Run, ok, run_id, run_ids, schedule_label
 
 PARTS = (("schedule", "schedule (theory, equal stages)", "#4c72b0"),
          ("imbalance", "stage imbalance", "#dd8452"),
@@ -17,14 +17,14 @@ PARTS = (("schedule", "schedule (theory, equal stages)", "#4c72b0"),
          ("overhead", "runtime overhead, jitter, contention", "#c44e52"))
 
 
-def _label(r: dict) -> str:
-    c = r["config"]
-    return f"{run_id(r)}: {schedule_label(c)} N{c['pp']} M{c['microbatches']}"
+def _label(r: Run) -> str:
+    c = r.cfg
+    return f"{run_id(r)}: {schedule_label(c)} N{c.pp} M{c.microbatches}"
 
 
-def bubble_attribution(runs: list[dict], out: Path) -> Figure:
+def bubble_attribution(runs: list[Run], out: Path) -> Figure:
     runs = ok(runs)
-    drawn = [r for r in runs if r["metrics"]["bubble"].get("attribution")]
+    drawn = [r for r in runs if r.metrics.bubble.attribution is not None]
     fig_ = Figure("Why the bubble is bigger than theory",
                   "Each run's measured bubble (black tick) as the sum of four parts: the schedule's own idle on "
                   "equal stages (theory), what unequal measured stage costs add (the simulator on them, no "
@@ -36,21 +36,19 @@ def bubble_attribution(runs: list[dict], out: Path) -> Figure:
         fig_.missing.append(f"runs {run_ids(skipped)}: no attribution (executor=sim, or no theory)")
     if not drawn:
         return fig_
-    drawn.sort(key=lambda r: (schedule_label(r["config"]), r["config"]["pp"], r["config"]["microbatches"],
-                              run_id(r)))
+    drawn.sort(key=lambda r: (schedule_label(r.cfg), r.cfg.pp, r.cfg.microbatches, run_id(r)))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(drawn) + 2), 4.4))
     xs = range(len(drawn))
     bottom = [0.0] * len(drawn)
     for key, label, color in PARTS:
-        values = [max(0.0, r["metrics"]["bubble"]["attribution"][key]) for r in drawn]
+        values = [max(0.0, getattr(r.metrics.bubble.attribution, key)) for r in drawn]
         ax.bar(xs, values, 0.7, bottom=bottom, color=color, label=label)
         bottom = [b + v for b, v in zip(bottom, values)]
-    ax.plot(xs, [r["metrics"]["bubble"]["measured"] for r in drawn], "_", color="black", ms=14, mew=2,
-            label="measured")
-    ax.set_xticks(list(xs), [_label(r) + (" *" if (r.get("env") or {}).get("oversubscribed") else "")
-                             for r in drawn], rotation=60, ha="right", fontsize=7)
+    ax.plot(xs, [r.metrics.bubble.measured for r in drawn], "_", color="black", ms=14, mew=2, label="measured")
+    ax.set_xticks(list(xs), [_label(r) + (" *" if r.oversubscribed else "") for r in drawn], rotation=60, ha="right",
+                  fontsize=7)
     ax.set_ylabel("bubble fraction")
-    ax.set_ylim(0, max(1e-9, max(bottom + [r["metrics"]["bubble"]["measured"] for r in drawn])) * 1.1)
+    ax.set_ylim(0, max(1e-9, max(bottom + [r.metrics.bubble.measured for r in drawn])) * 1.1)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig_.path = save(fig, out / "bubble_attribution.png", fig_.title, drawn)

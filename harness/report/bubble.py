@@ -8,36 +8,37 @@ import matplotlib.pyplot as plt
 
 from harness.planning import theory
 from harness.report.figures import Figure, log2_x, save, schedule_colors
-from harness.report.runs import ok, run_ids, schedule_label, setting
+from harness.config import Config
+from harness.report.runs import Run, ok, run_ids, schedule_label, setting
 
 
-def _theory(r: dict) -> float | None:
-    return r["metrics"]["bubble"]["theory"]
+def _theory(r: Run) -> float | None:
+    return r.metrics.bubble.theory
 
 
-def _curve(c: dict, costs: dict | None, n: int, m: int) -> float | None:
+def _curve(c: Config, costs: dict | None, n: int, m: int) -> float | None:
     """The schedule's theory at (n, m) in the costs a run recorded (B/F, W/B)."""
     try:
-        return theory.bubble(c["schedule"]["name"], n, m, c.get("virtual_stages", 1), **(costs or {})).value
+        return theory.bubble(c.schedule.name, n, m, c.virtual_stages, **(costs or {})).value
     except (KeyError, ValueError, TypeError):
         return None
 
 
-def _simulated_runs(runs: list[dict]) -> bool:
-    """Runs of a simulated executor (as their records say): their 'measured' bubble is the simulator's."""
-    return all((r.get("plan") or {}).get("simulated", r["config"]["executor"] == "sim") for r in runs)
+def _simulated_runs(runs: list[Run]) -> bool:
+    """Runs the simulator timed (as their records say): their 'measured' bubble is the simulator's."""
+    return all(r.measurement == "simulated" for r in runs)
 
 
-def _spread(r: dict) -> list[list[float]]:
+def _spread(r: Run) -> list[list[float]]:
     """Error bar of a run's bubble: its 95% interval over the measured steps (records before
     intervals: the interquartile range)."""
-    b = r["metrics"]["bubble"]
-    ci = (r["metrics"].get("intervals") or {}).get("bubble")
-    lo, hi = ci or b.get("measured_step_iqr") or [min(b["measured_per_step"]), max(b["measured_per_step"])]
-    return [[max(0.0, b["measured"] - lo)], [max(0.0, hi - b["measured"])]]
+    b, ci = r.metrics.bubble, r.metrics.intervals
+    lo, hi = (ci.bubble if ci is not None else None) or b.measured_step_iqr or [min(b.measured_per_step),
+                                                                                 max(b.measured_per_step)]
+    return [[max(0.0, b.measured - lo)], [max(0.0, hi - b.measured)]]
 
 
-def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
+def bubble_vs_microbatches(runs: list[Run], out: Path) -> Figure:
     """One panel per pipeline depth N, one colour per schedule: its closed form as a line,
     measured as filled points (bars: spread over measured steps), simulated as hollow ones.
     Drawn for the sweep's most common setting (compute, partition, dp, ...); runs in other
@@ -57,34 +58,34 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     if others:
         fig_.missing.append(f"runs {run_ids(others)}: another compute mode, partition, dp, checkpointing, model or "
                             "microbatch size than the rest (their own sections show them)")
-    depths = sorted({r["config"]["pp"] for r in runs})
+    depths = sorted({r.cfg.pp for r in runs})
     colors = schedule_colors(runs)
     sim = _simulated_runs(runs)
     fig, axes = plt.subplots(1, len(depths), figsize=(5.2 * len(depths), 4.2), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], depths):
-        mine = [r for r in runs if r["config"]["pp"] == n]
-        ms = sorted({r["config"]["microbatches"] for r in mine})
-        for s in sorted({schedule_label(r["config"]) for r in mine}, key=list(colors).index):
-            first = next(r for r in mine if schedule_label(r["config"]) == s)
-            costs = first["metrics"]["bubble"].get("theory_costs")
+        mine = [r for r in runs if r.cfg.pp == n]
+        ms = sorted({r.cfg.microbatches for r in mine})
+        for s in sorted({schedule_label(r.cfg) for r in mine}, key=list(colors).index):
+            first = next(r for r in mine if schedule_label(r.cfg) == s)
+            costs = first.metrics.bubble.theory_costs
             line_ms = range(ms[0], ms[-1] + 1) if ms[-1] - ms[0] <= 64 else sorted(
                 {round(ms[0] * (ms[-1] / ms[0]) ** (i / 64)) for i in range(65)})  # a theory may simulate
-            pts = [(m, _curve(first["config"], costs, n, m)) for m in line_ms]
+            pts = [(m, _curve(first.cfg, costs, n, m)) for m in line_ms]
             if pts := [(m, t) for m, t in pts if t is not None]:  # a single M: a tick, since a line needs two
                 ax.plot(*zip(*pts), color=colors[s], lw=1.2, alpha=0.8, marker="_" if len(pts) == 1 else "", ms=24)
             ax.plot([], [], "o", color=colors[s], label=s)
         for r in mine:
-            b, m, color = r["metrics"]["bubble"], r["config"]["microbatches"], colors[schedule_label(r["config"])]
-            ax.errorbar(m, b["measured"], yerr=_spread(r), fmt="o", color=color, ms=5, capsize=2)
-            if (r.get("env") or {}).get("oversubscribed"):
-                ax.plot(m, b["measured"], "x", color="black", ms=9, mew=1.5)
-            if b.get("simulated") is not None and not sim:
-                ax.plot(m, b["simulated"], "o", mfc="none", color=color, ms=10, mew=1)
+            b, m, color = r.metrics.bubble, r.cfg.microbatches, colors[schedule_label(r.cfg)]
+            ax.errorbar(m, b.measured, yerr=_spread(r), fmt="o", color=color, ms=5, capsize=2)
+            if r.oversubscribed:
+                ax.plot(m, b.measured, "x", color="black", ms=9, mew=1.5)
+            if b.simulated is not None and not sim:
+                ax.plot(m, b.simulated, "o", mfc="none", color=color, ms=10, mew=1)
         ax.plot([], [], "-", color="gray", label="theory")
         ax.plot([], [], "o", color="gray", label="simulated (executor=sim)" if sim else "measured")
         if not sim:
             ax.plot([], [], "o", mfc="none", color="gray", ms=10, label="simulated (measured op costs)")
-        if any((r.get("env") or {}).get("oversubscribed") for r in mine):
+        if any(r.oversubscribed for r in mine):
             ax.plot([], [], "x", color="black", label="oversubscribed (contention)")
         log2_x(ax, ms)
         ax.set_xlabel("microbatches M")
@@ -97,7 +98,7 @@ def bubble_vs_microbatches(runs: list[dict], out: Path) -> Figure:
     return fig_
 
 
-def measured_vs_theory(runs: list[dict], out: Path) -> Figure:
+def measured_vs_theory(runs: list[Run], out: Path) -> Figure:
     """One point per run: closed form on x, measured on y, the identity line; colour by
     schedule, marker by compute mode."""
     runs = ok(runs)
@@ -112,14 +113,14 @@ def measured_vs_theory(runs: list[dict], out: Path) -> Figure:
         fig_.missing.append("no run finished ok with a theory")
         return fig_
     colors = schedule_colors(drawn)
-    markers = dict(zip(sorted({r["config"]["compute"] for r in drawn}), "os^Dv"))
+    markers = dict(zip(sorted({r.cfg.compute for r in drawn}), "os^Dv"))
     fig, ax = plt.subplots(figsize=(5.6, 5.0))
     for r in drawn:
-        b, t, color = r["metrics"]["bubble"], _theory(r), colors[schedule_label(r["config"])]
-        ax.plot(t, b["measured"], markers[r["config"]["compute"]], color=color, ms=6)
-        if b.get("simulated") is not None:
-            ax.plot(t, b["simulated"], markers[r["config"]["compute"]], mfc="none", color=color, ms=9, mew=1)
-    top = max(max(_theory(r), r["metrics"]["bubble"]["measured"]) for r in drawn) * 1.08
+        b, t, color = r.metrics.bubble, _theory(r), colors[schedule_label(r.cfg)]
+        ax.plot(t, b.measured, markers[r.cfg.compute], color=color, ms=6)
+        if b.simulated is not None:
+            ax.plot(t, b.simulated, markers[r.cfg.compute], mfc="none", color=color, ms=9, mew=1)
+    top = max(max(_theory(r), r.metrics.bubble.measured) for r in drawn) * 1.08
     ax.plot([0, top], [0, top], "--", color="gray", lw=1, label="identity")
     for s, color in colors.items():
         ax.plot([], [], "o", color=color, label=s)

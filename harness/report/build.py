@@ -19,7 +19,7 @@ from harness.report.html import page
 from harness.report.load import Sweep
 from harness.report.noise import noise_section
 from harness.report.memory import checkpointing_tradeoff, memory_breakdown, memory_per_rank, memory_vs_throughput
-from harness.report.runs import ok
+from harness.report.runs import Run, ok
 from harness.report.tables import summary, write_csv
 from harness.report.compute import compute_rate
 from harness.report.throughput import dp_scaling, throughput
@@ -34,7 +34,7 @@ def figure_section(fig: Figure) -> list[Block]:
     return blocks + ([Items([f"Not drawn: {m}" for m in fig.missing])] if fig.missing else [])
 
 
-def safely(make: Callable[[list[dict], Path], Figure], runs: list[dict], out: Path) -> Figure:
+def safely(make: Callable[[list[Run], Path], Figure], runs: list[Run], out: Path) -> Figure:
     """A figure that fails says so in the report and on stderr; the rest of the report stands."""
     try:
         return make(runs, out)
@@ -65,8 +65,8 @@ def header(sweep: Sweep) -> list[Block]:
 def problems(sweep: Sweep) -> list[Block]:
     """Failed and interrupted runs with their error, and records that could not be read."""
     blocks: list[Block] = []
-    if bad := [r for r in sweep.runs if r["status"] != "ok"]:
-        blocks += [Heading("Not ok"), Items([f"`{r['_dir']}`: {r['status']}: {r.get('error')}" for r in bad])]
+    if bad := [r for r in sweep.runs if r.status != "ok"]:
+        blocks += [Heading("Not ok"), Items([f"`{r.dir}`: {r.status}: {r.error}" for r in bad])]
     if sweep.corrupt:
         blocks += [Heading("Corrupt or partial records (skipped)"),
                    Items([f"`{f}`: {why}" for f, why in sweep.corrupt])]
@@ -77,7 +77,7 @@ def problems(sweep: Sweep) -> list[Block]:
     return blocks
 
 
-def partition_section(runs: list[dict], out: Path) -> list[Block]:
+def partition_section(runs: list[Run], out: Path) -> list[Block]:
     return figure_section(safely(partition.partition_figure, runs, out)) + partition.tables(runs)
 
 
@@ -89,7 +89,7 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
     if not entries:
         return blocks + [Items(["Not drawn: no run finished ok"])]
     for e in entries:
-        blocks += [Heading(e.label, 3), Text(f"Made from: {provenance([e.run])}; run `{e.run['_dir']}`.")]
+        blocks += [Heading(e.label, 3), Text(f"Made from: {provenance([e.run])}; run `{e.run.dir}`.")]
         blocks += [Image(p, f"{e.label} {what}") for p, what in ((e.simulated, "simulated"), (e.measured, "measured"))
                    if p]
         blocks += [Items(e.missing)] if e.missing else []

@@ -10,18 +10,21 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, say
-from harness.report.runs import dim, ok, run_ids, series
+from harness.records.result import Flops
+from harness.report.runs import Run, dim, ok, run_ids, series
 
 
-def _flops(r: dict) -> dict | None:
-    return (r.get("metrics") or {}).get("flops")
+def _flops(r: Run) -> Flops | None:
+    return r.result.metrics.flops if r.result.metrics is not None else None
 
 
-def _by_device(r: dict) -> bool:
-    return r["config"]["compute"] == "real" or r["config"]["executor"] == "sim"
+def _by_device(r: Run) -> bool:
+    """Whether a device made its times: measured, or simulated (priced for a device); an
+    emulated run's times are what was set."""
+    return r.measurement in ("measured", "simulated")
 
 
-def compute_rate(runs: list[dict], out: Path) -> Figure:
+def compute_rate(runs: list[Run], out: Path) -> Figure:
     runs = [r for r in ok(runs) if _flops(r) is not None]
     fig_ = Figure("Compute throughput per device",
                   "Achieved TFLOP/s per device (model FLOPs: 3 x forward per microbatch, x M x dp, over the median "
@@ -37,16 +40,16 @@ def compute_rate(runs: list[dict], out: Path) -> Figure:
         fig_.missing.append("no run with compute=real or executor=sim recorded FLOPs")
         return fig_
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    with_peak = [r for r in shown if _flops(r)["mfu"] is not None]
+    with_peak = [r for r in shown if _flops(r).mfu is not None]
     # a CPU's rates read better in GFLOP/s
-    k, unit = (1e3, "GFLOP/s") if max(_flops(r)["tflops_per_device"] for r in shown) < 0.1 else (1.0, "TFLOP/s")
+    k, unit = (1e3, "GFLOP/s") if max(_flops(r).tflops_per_device for r in shown) < 0.1 else (1.0, "TFLOP/s")
     for lbl, mine in series(shown, "B", always=("compute", "executor")).items():
         xs = [dim(r, "B") for r in mine]
-        left.plot(xs, [_flops(r)["tflops_per_device"] * k for r in mine], "o-", ms=4, lw=1.2, label=lbl)
+        left.plot(xs, [_flops(r).tflops_per_device * k for r in mine], "o-", ms=4, lw=1.2, label=lbl)
         if peaked := [r for r in mine if r in with_peak]:
-            line = right.plot([dim(r, "B") for r in peaked], [100 * _flops(r)["mfu"] for r in peaked], "o-", ms=4,
+            line = right.plot([dim(r, "B") for r in peaked], [100 * _flops(r).mfu for r in peaked], "o-", ms=4,
                               lw=1.2, label=lbl)
-            right.plot([dim(r, "B") for r in peaked], [100 * _flops(r)["hfu"] for r in peaked], ":", lw=1,
+            right.plot([dim(r, "B") for r in peaked], [100 * _flops(r).hfu for r in peaked], ":", lw=1,
                        color=line[0].get_color())
     left.set(xlabel="microbatch size B", ylabel=f"{unit} per device (model FLOPs)")
     right.set(xlabel="microbatch size B", ylabel="MFU (%)")
@@ -56,7 +59,7 @@ def compute_rate(runs: list[dict], out: Path) -> Figure:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     if not with_peak:
-        notes = "; ".join(sorted({_flops(r)["note"] or "" for r in shown}))
+        notes = "; ".join(sorted({_flops(r).note or "" for r in shown}))
         say(right, f"MFU n/a: {notes}")
         fig_.missing.append(f"MFU: n/a ({notes})")
     fig_.path = save(fig, out / "compute.png", fig_.title, shown)

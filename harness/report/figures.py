@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.planning import theory  # noqa: E402
 from harness.records.atomic import write_atomic  # noqa: E402
-from harness.report.runs import ok, run_ids, schedule_label  # noqa: E402
+from harness.report.runs import Run, dim, ok, run_ids, schedule_label  # noqa: E402
 from harness.schedules.registry import SCHEDULES  # noqa: E402
 
 
@@ -23,7 +23,7 @@ from harness.schedules.registry import SCHEDULES  # noqa: E402
 class Figure:
     title: str
     caption: str  # what it shows and how to read it
-    runs: list[dict]  # the runs drawn
+    runs: list[Run]  # the runs drawn
     path: Path | None = None  # the PNG (an SVG beside it); None: nothing to draw
     missing: list[str] = field(default_factory=list)  # what is not drawn, and why
 
@@ -32,22 +32,17 @@ class Figure:
         return f"{provenance(self.runs)}; runs {run_ids(self.runs)}" if self.runs else "no runs"
 
 
-def _env_device(r: dict) -> str:
-    return (r.get("env") or {}).get("device") or r["config"].get("device", "?")
+PROVENANCE = ("compute", "device", "executor")  # dims (harness/report/runs.py DIMS) saying how times were made
 
 
-PROVENANCE = {"compute": lambda r: r["config"]["compute"], "device": _env_device,
-              "executor": lambda r: r["config"]["executor"]}
-
-
-def provenance(runs: list[dict]) -> str:
+def provenance(runs: list[Run]) -> str:
     """How the runs were made: compute mode, device, executor and how many. Where runs
     disagree the line counts each value and says MIXED: their figures are not like for like
     (emulated costs are what was set, real costs what this machine did)."""
     runs = ok(runs)
     parts, mixed = [], []
-    for key, get in PROVENANCE.items():
-        counts = Counter(get(r) for r in runs)
+    for key in PROVENANCE:
+        counts = Counter(dim(r, key) for r in runs)
         if len(counts) > 1:
             mixed.append(key)
             parts.append(f"{key}=" + ", ".join(f"{v} ({n})" for v, n in sorted(counts.items())))
@@ -63,13 +58,13 @@ def schedule_order(labels: set[str]) -> list[str]:
     return sorted(labels, key=lambda s: (order.index(s.split()[0]) if s.split()[0] in order else len(order), s))
 
 
-def schedule_colors(runs: list[dict]) -> dict[str, tuple]:
+def schedule_colors(runs: list[Run]) -> dict[str, tuple]:
     """Each schedule's registered colour; a label seen twice (interleaved_1f1b at two V) or a
     schedule without one gets the next colour no registered schedule uses."""
     taken = {s.color for s in SCHEDULES.values() if s.color}
     spare = (c for c in (matplotlib.colors.to_hex(plt.cm.tab20(i)) for i in range(20)) if c not in taken)
     out, used = {}, set()
-    for label in schedule_order({schedule_label(r["config"]) for r in runs}):
+    for label in schedule_order({schedule_label(r.cfg) for r in runs}):
         own = getattr(SCHEDULES.get(label.split()[0]), "color", None)
         out[label] = own if own and own not in used else next(spare, "0.5")
         used.add(out[label])
@@ -97,7 +92,7 @@ def say(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def save(fig, path: Path, title: str, runs: list[dict]) -> Path:
+def save(fig, path: Path, title: str, runs: list[Run]) -> Path:
     """Title with the provenance line, then PNG and SVG side by side."""
     fig.suptitle(f"{title}\n" + textwrap.fill(provenance(runs), int(fig.get_figwidth() * 13)), fontsize=9)
     fig.tight_layout()

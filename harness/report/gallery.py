@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.records.gantt import plot_gantt
 from harness.records.record import GANTT, TRACE
 from harness.report.figures import schedule_order
-from harness.report.runs import ok, schedule_label
+from harness.report.runs import Run, ok, schedule_label
 from harness.records.result import PlanRecord
 from harness.records.safe_io import FileRefused, copy, read_bytes
 from harness.simulate.engine import simulate
@@ -20,7 +20,7 @@ from harness.measure.trace import Event, Trace
 @dataclass
 class Entry:
     label: str
-    run: dict
+    run: Run
     simulated: str | None = None  # PNG relative to the report directory (an SVG beside it)
     measured: str | None = None
     missing: list[str] = field(default_factory=list)
@@ -35,16 +35,16 @@ def _plot(path: Path, trace: Trace, step: int, labels: dict[int, str], title: st
         plot_gantt(p, trace, step, labels, title)
 
 
-def _pick(runs: list[dict]) -> dict[str, dict]:
+def _pick(runs: list[Run]) -> dict[str, Run]:
     """Per schedule, its run with the most microbatches up to 16 (the most readable chart; then
     the fewest above 16), the deepest pipeline among those, in the schedules' usual order."""
-    def rank(r: dict) -> tuple:
-        m = r["config"]["microbatches"]
-        return m <= 16, m if m <= 16 else -m, r["config"]["pp"]
+    def rank(r: Run) -> tuple:
+        m = r.cfg.microbatches
+        return m <= 16, m if m <= 16 else -m, r.cfg.pp
 
-    best: dict[str, dict] = {}
+    best: dict[str, Run] = {}
     for r in runs:
-        label = schedule_label(r["config"])
+        label = schedule_label(r.cfg)
         if label not in best or rank(r) > rank(best[label]):
             best[label] = r
     return {k: best[k] for k in schedule_order(set(best))}
@@ -53,10 +53,16 @@ def _pick(runs: list[dict]) -> dict[str, dict]:
 def _simulated(e: Entry, path: Path) -> None:
     """The recorded schedule on the recorded modeled costs: no planning, so the record alone
     draws it (profiles and CSV files may be gone, the code may have moved on)."""
-    plan, c = PlanRecord(**e.run["plan"]), e.run["config"]
+    plan, c = _plan(e.run), e.run.cfg
     trace = simulate(plan.schedule_actions(), plan.cost_model())
-    _plot(path, trace, 0, rank_labels(plan, c["pp"], 1, c["pp"]),
-          f"{e.label}  pp={c['pp']}  M={c['microbatches']}  simulated on modeled costs (cost.*, comm.*)")
+    _plot(path, trace, 0, rank_labels(plan, c.pp, 1, c.pp),
+          f"{e.label}  pp={c.pp}  M={c.microbatches}  simulated on modeled costs (cost.*, comm.*)")
+
+
+def _plan(run: Run) -> PlanRecord:
+    if run.plan is None:
+        raise ValueError("plan: not recorded")
+    return run.plan
 
 
 def read_trace_capped(path: Path) -> Trace:
@@ -70,16 +76,16 @@ def read_trace_capped(path: Path) -> Trace:
 
 
 def _measured(e: Entry, job: Path, path: Path) -> None:
-    trace, c = read_trace_capped(job / TRACE), e.run["config"]
+    trace, c = read_trace_capped(job / TRACE), e.run.cfg
     ranks = max(ev.rank for ev in trace) + 1
-    labels = rank_labels(PlanRecord(**e.run["plan"]), c["pp"], c.get("dp", 1), ranks)
+    labels = rank_labels(_plan(e.run), c.pp, c.dp, ranks)
     last = max(ev.step for ev in trace)
-    b = e.run["metrics"]["bubble"]
-    _plot(path, trace, last, labels, f"{e.label}  pp={c['pp']}  M={c['microbatches']}  compute={c['compute']}  "
-          f"measured step {last}  (run's bubble, all measured steps: {b['measured']:.3f})")
+    b = e.run.metrics.bubble
+    _plot(path, trace, last, labels, f"{e.label}  pp={c.pp}  M={c.microbatches}  compute={c.compute}  "
+          f"measured step {last}  (run's bubble, all measured steps: {b.measured:.3f})")
 
 
-def gallery(runs: list[dict], sweep: Path, out: Path) -> list[Entry]:
+def gallery(runs: list[Run], sweep: Path, out: Path) -> list[Entry]:
     """One entry per schedule; what could not be drawn is said in the entry, never raised: a
     record from another version of the harness must not stop the report."""
     out.mkdir(parents=True, exist_ok=True)
@@ -91,7 +97,7 @@ def gallery(runs: list[dict], sweep: Path, out: Path) -> list[Entry]:
             e.simulated = f"{out.name}/{stem}_sim.png"
         except Exception as err:  # noqa: BLE001 - see the docstring
             e.missing.append(f"no simulation: {type(err).__name__}: {err}")
-        job = sweep / r["_dir"]
+        job = sweep / r.dir
         try:
             _measured(e, job, out / f"{stem}_measured.png")
             e.measured = f"{out.name}/{stem}_measured.png"

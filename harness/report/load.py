@@ -14,14 +14,16 @@ from pathlib import Path
 from harness.config import Config
 from harness.records.record import RESULT
 from harness.records.result import RecordError, Result, _value, read
+from harness.report.runs import Run
 
 # What a record's config (a free dict in the schema) must hold to be reported, as dotted keys.
 CONFIG_KEYS = ("schedule.name", "pp", "microbatches", "microbatch_size", "compute", "executor", "partition.name",
                "model.name")
 # Every config key the report reads: where present, it must have the type harness.config.Config
 # gives it (other keys are not looked at: a record from another version may differ there).
+# The report reads these of `Result.cfg` only (tests/test_report_schema.py holds it to that).
 REPORTED = CONFIG_KEYS + ("dp", "virtual_stages", "device", "checkpointing", "profile", "model.layers",
-                          "model.hidden", "cost.fwd_ms_per_layer")
+                          "model.hidden", "cost.fwd_ms_per_layer", "zero", "dtype", "global_batch", "optimizer.name")
 POSITIVE = ("pp", "dp", "virtual_stages", "microbatches", "microbatch_size")  # in a run that finished ok
 # Beyond these no run was made (pp x dp is one process each): figures draw per rank and per M, so a
 # tampered record's 2**40 would cost the report hours, not a run
@@ -33,7 +35,7 @@ JOB_DIR = re.compile(r"[a-z]*\d+(_.*)?", re.S)  # a Hydra job's directory: `12_p
 @dataclass
 class Sweep:
     path: Path
-    runs: list[dict] = field(default_factory=list)  # result.json contents, with "_dir" added: one per point
+    runs: list[Run] = field(default_factory=list)  # the records as read (older versions upgraded): one per point
     # (record path relative to the sweep, why): unreadable or partial records, job directories
     # without one (why == MISSING), directories that could not be listed (path ends in "/")
     corrupt: list[tuple[str, str]] = field(default_factory=list)
@@ -188,8 +190,7 @@ def load_sweep(path: Path) -> Sweep:
         if why is not None:
             sweep.corrupt.append((rel, " ".join(why.split())))
             continue
-        # the current schema's JSON (older records upgraded), plus where it lives
-        sweep.runs.append({**result.to_json(), "_dir": str(f.parent.relative_to(path))})
+        sweep.runs.append(Run(result, str(f.parent.relative_to(path))))
     _newest_per_point(sweep, found.missing)
     sweep.corrupt.sort()
     return sweep
@@ -200,13 +201,16 @@ def _newest_per_point(sweep: Sweep, missing: list[Path]) -> None:
     sweep.superseded."""
     from harness.records.identity import point_of, started_at
 
-    entries = [(r["_dir"], point_of(r, sweep.path / r["_dir"]), started_at(r, sweep.path / r["_dir"] / RESULT), True)
-               for r in sweep.runs]
+    def record(r: Run) -> dict:  # what point_of and started_at read of a record
+        return {"provenance": r.result.provenance}
+
+    entries = [(r.dir, point_of(record(r), sweep.path / r.dir), started_at(record(r), sweep.path / r.dir / RESULT),
+                True) for r in sweep.runs]
     entries += [(str(d.relative_to(sweep.path)), point_of({}, d), started_at({}, d), False) for d in missing]
     old = superseded(entries)
     if not old:
         return
-    sweep.runs = [r for r in sweep.runs if r["_dir"] not in old]
+    sweep.runs = [r for r in sweep.runs if r.dir not in old]
     gone = {_rel(sweep.path / job / RESULT, sweep.path) for job in old}
     sweep.corrupt = [(f, why) for f, why in sweep.corrupt if not (why == MISSING and f in gone)]
     sweep.superseded = sorted(old.items())

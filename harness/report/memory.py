@@ -7,14 +7,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, save, schedule_order
-from harness.report.runs import by_mode, mode, ok, run_ids, setting
+from harness.report.runs import Run, by_mode, mode, ok, run_ids, setting
 
 
-def _peaks(r: dict) -> list[int] | None:
-    return r["metrics"]["memory"]["peak_activation_bytes_per_rank"]
+def _peaks(r: Run) -> list[int] | None:
+    return r.metrics.memory.peak_activation_bytes_per_rank
 
 
-def memory_per_rank(runs: list[dict], out: Path) -> Figure:
+def memory_per_rank(runs: list[Run], out: Path) -> Figure:
     """Measured peak per rank, one bar per M, theory (the schedule's in-flight microbatches x
     measured bytes per microbatch) as black ticks; one panel per schedule at the deepest
     pipeline of the sweep, checkpointing off."""
@@ -25,34 +25,33 @@ def memory_per_rank(runs: list[dict], out: Path) -> Figure:
     measured = [r for r in runs if _peaks(r)]
     if unmeasured := [r for r in runs if not _peaks(r)]:
         fig_.missing.append(f"runs {run_ids(unmeasured)}: no memory measured (executor=sim)")
-    if ckpt := [r for r in measured if r["config"].get("checkpointing")]:
+    if ckpt := [r for r in measured if r.cfg.checkpointing]:
         fig_.missing.append(f"runs {run_ids(ckpt)}: checkpointing on, see the checkpointing trade-off")
-    measured = [r for r in measured if not r["config"].get("checkpointing")]
+    measured = [r for r in measured if not r.cfg.checkpointing]
     if not measured:
         fig_.missing.append("no run with measured memory and checkpointing off")
         return fig_
-    n = max(r["config"]["pp"] for r in measured)
-    if shallow := [r for r in measured if r["config"]["pp"] != n]:
+    n = max(r.cfg.pp for r in measured)
+    if shallow := [r for r in measured if r.cfg.pp != n]:
         fig_.missing.append(f"runs {run_ids(shallow)}: pp < {n}, only the deepest pipeline is drawn")
-    deepest = [r for r in measured if r["config"]["pp"] == n]
+    deepest = [r for r in measured if r.cfg.pp == n]
     common = max({setting(r) for r in deepest}, key=lambda k: sum(setting(r) == k for r in deepest))
     if other := [r for r in deepest if setting(r) != common]:  # bars of one model and batch shape only
         fig_.missing.append(f"runs {run_ids(other)}: another model, microbatch size, dp or compute mode")
     fig_.runs = [r for r in deepest if setting(r) == common]
-    schedules = schedule_order({r["config"]["schedule"]["name"] for r in fig_.runs})
+    schedules = schedule_order({r.cfg.schedule.name for r in fig_.runs})
     fig, axes = plt.subplots(1, len(schedules), figsize=(5 * len(schedules), 3.8), sharey=True, squeeze=False)
     for ax, s in zip(axes[0], schedules):
-        mine = sorted((r for r in fig_.runs if r["config"]["schedule"]["name"] == s),
-                      key=lambda r: r["config"]["microbatches"])
+        mine = sorted((r for r in fig_.runs if r.cfg.schedule.name == s), key=lambda r: r.cfg.microbatches)
         width = 0.8 / len(mine)
         for i, r in enumerate(mine):
-            mem = r["metrics"]["memory"]
+            mem = r.metrics.memory
             xs = [rank - 0.4 + width * (i + 0.5) for rank in range(n)]
-            ax.bar(xs, [b / 2**20 for b in mem["peak_activation_bytes_per_rank"][:n]], width,
-                   label=f"M={r['config']['microbatches']}", color=plt.cm.viridis(i / max(1, len(mine) - 1) * 0.85))
-            if None not in mem["theory_peak_microbatches_per_rank"]:
-                ax.plot(xs, [k * b / 2**20 for k, b in zip(mem["theory_peak_microbatches_per_rank"],
-                                                           mem["activation_bytes_per_microbatch_per_rank"])],
+            ax.bar(xs, [b / 2**20 for b in mem.peak_activation_bytes_per_rank[:n]], width,
+                   label=f"M={r.cfg.microbatches}", color=plt.cm.viridis(i / max(1, len(mine) - 1) * 0.85))
+            if None not in mem.theory_peak_microbatches_per_rank:
+                ax.plot(xs, [k * b / 2**20 for k, b in zip(mem.theory_peak_microbatches_per_rank,
+                                                           mem.activation_bytes_per_microbatch_per_rank)],
                         "_", color="black", ms=width * 40, mew=2)
         ax.plot([], [], "_", color="black", mew=2, label="theory")
         ax.set_title(f"{s}, N={n}", fontsize=9)
@@ -63,7 +62,7 @@ def memory_per_rank(runs: list[dict], out: Path) -> Figure:
     return fig_
 
 
-def checkpointing_tradeoff(runs: list[dict], out: Path) -> Figure:
+def checkpointing_tradeoff(runs: list[Run], out: Path) -> Figure:
     """Each configuration run with and without checkpointing: peak activation memory (largest
     rank) and step time side by side."""
     runs = [r for r in ok(runs) if _peaks(r)]
@@ -71,13 +70,13 @@ def checkpointing_tradeoff(runs: list[dict], out: Path) -> Figure:
                   "Each configuration with checkpointing off and on: peak activation memory of its fullest rank "
                   "(left) against step time (right). What checkpointing saves in memory it pays in recompute.", [])
 
-    def key(r: dict) -> tuple:
-        c = r["config"]
-        return (c["schedule"]["name"], c["pp"], c["microbatches"], c["microbatch_size"], mode(r),
-                c.get("dp", 1), repr(c.get("model")), (c.get("partition") or {}).get("name"))
+    def key(r: Run) -> tuple:
+        c = r.cfg
+        return (c.schedule.name, c.pp, c.microbatches, c.microbatch_size, mode(r), c.dp, repr(c.model),
+                c.partition.name)
 
-    on = {key(r): r for r in runs if r["config"].get("checkpointing")}
-    off = {key(r): r for r in runs if not r["config"].get("checkpointing")}
+    on = {key(r): r for r in runs if r.cfg.checkpointing}
+    off = {key(r): r for r in runs if not r.cfg.checkpointing}
     pairs = sorted(k for k in on if k in off)
     if not pairs:
         fig_.missing.append("no pair of runs that differ only in checkpointing")
@@ -87,7 +86,7 @@ def checkpointing_tradeoff(runs: list[dict], out: Path) -> Figure:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 0.45 * len(pairs) + 2.2))
     y = range(len(pairs))
     for ax, unit, value in ((a1, "peak activation MiB (largest rank)", lambda r: max(_peaks(r)) / 2**20),
-                            (a2, "step time (ms)", lambda r: r["metrics"]["step_time_s"] * 1e3)):
+                            (a2, "step time (ms)", lambda r: r.metrics.step_time_s * 1e3)):
         for dy, by, name, color in ((-0.2, off, "off", "#4c72b0"), (0.2, on, "on", "#dd8452")):
             ax.barh([i + dy for i in y], [value(by[k]) for k in pairs], 0.4, label=f"checkpointing {name}", color=color)
         ax.set_xlabel(unit)
@@ -102,12 +101,13 @@ PARTS = (("params", "parameters", "#4c72b0"), ("grads", "gradients", "#55a868"),
          ("optimizer", "optimizer state", "#8172b2"), ("activations", "activations", "#dd8452"))
 
 
-def _breakdown(r: dict) -> tuple[list[dict] | None, list[dict] | None]:
-    mem = r["metrics"]["memory"]
-    return mem.get("measured_per_rank"), mem.get("theory_per_rank")
+def _breakdown(r: Run) -> tuple[list[dict] | None, list[dict] | None]:
+    """Per global rank {params, grads, optimizer, activations, peak} bytes: measured, theory."""
+    mem = r.metrics.memory
+    return mem.measured_per_rank, mem.theory_per_rank
 
 
-def memory_breakdown(runs: list[dict], out: Path) -> Figure:
+def memory_breakdown(runs: list[Run], out: Path) -> Figure:
     """Every byte of every rank for the sweep's richest runs: parameters, gradients, optimizer
     state and activations stacked, measured (left bar) beside theory (right bar), the
     accounted peak as a tick, memory_budget_gib as a red line."""
@@ -121,9 +121,8 @@ def memory_breakdown(runs: list[dict], out: Path) -> Figure:
         fig_.missing.append("no run with a memory breakdown (records from before it existed)")
         return fig_
     # the largest M first (where schedules differ most), then each schedule, checkpointing and ZeRO
-    picked = sorted(runs, key=lambda r: (-r["config"]["microbatches"], -r["config"]["pp"] * r["config"].get("dp", 1),
-                                         bool(r["config"].get("checkpointing")), r["config"].get("zero", 0),
-                                         schedule_order({r["config"]["schedule"]["name"]})[0], r["_dir"]))[:6]
+    picked = sorted(runs, key=lambda r: (-r.cfg.microbatches, -r.cfg.pp * r.cfg.dp, bool(r.cfg.checkpointing),
+                                         r.cfg.zero, schedule_order({r.cfg.schedule.name})[0], r.dir))[:6]
     if len(runs) > len(picked):
         fig_.missing.append(f"runs {run_ids([r for r in runs if r not in picked])}: not drawn (six at most)")
     fig_.runs = picked
@@ -134,7 +133,7 @@ def memory_breakdown(runs: list[dict], out: Path) -> Figure:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, picked):
         measured, theory = _breakdown(r)
-        c = r["config"]
+        c = r.cfg
         ranks = range(len(theory))
         for offset, values, hatch in ((-0.2, measured, ""), (0.2, theory, "//")):
             if not values:
@@ -148,13 +147,12 @@ def memory_breakdown(runs: list[dict], out: Path) -> Figure:
             peaks = [(v.get("peak") or 0) / 2**20 for v in values]
             ax.plot([g + offset for g in ranks], peaks, "_", color="black", ms=16, mew=2,
                     ls="none", label=None)
-        budget = r["metrics"]["memory"].get("budget")
-        if budget:
-            ax.axhline(budget["bytes"] / 2**20, color="red", lw=1.2, label="budget")
+        if (budget := r.metrics.memory.budget) is not None:
+            ax.axhline(budget.bytes / 2**20, color="red", lw=1.2, label="budget")
         ax.set_xticks(list(ranks), [f"r{g}" for g in ranks], fontsize=7)
-        ax.set_title(f"{c['schedule']['name']} pp={c['pp']} dp={c.get('dp', 1)} M={c['microbatches']}\n"
-                     f"{c.get('optimizer', {}).get('name', 'sgd')} {c.get('dtype', 'fp32')} zero={c.get('zero', 0)} "
-                     f"ckpt={'on' if c.get('checkpointing') else 'off'}", fontsize=8)
+        ax.set_title(f"{c.schedule.name} pp={c.pp} dp={c.dp} M={c.microbatches}\n"
+                     f"{c.optimizer.name} {c.dtype} zero={c.zero} ckpt={'on' if c.checkpointing else 'off'}",
+                     fontsize=8)
     for row in axes:
         row[0].set_ylabel("MiB (left: measured, right: theory)")
     axes[0][0].legend(fontsize=7)
@@ -168,7 +166,7 @@ def _pareto(points: list[tuple[float, float]]) -> list[int]:
             if not any((m2 <= m and t2 >= t) and (m2 < m or t2 > t) for m2, t2 in points)]
 
 
-def memory_vs_throughput(runs: list[dict], out: Path) -> Figure:
+def memory_vs_throughput(runs: list[Run], out: Path) -> Figure:
     """One point per run: its fullest rank's peak bytes against its throughput; the Pareto
     front (no run has both less memory and more throughput) joined and labelled, one front
     per way the times were made (compute, device, executor): a real run's speed and an
@@ -184,7 +182,7 @@ def memory_vs_throughput(runs: list[dict], out: Path) -> Figure:
         fig_.runs = []
         return fig_
 
-    def peak(r: dict) -> tuple[float, bool]:
+    def peak(r: Run) -> tuple[float, bool]:
         measured, theory = _breakdown(r)
         if measured and all(m.get("peak") is not None for m in measured):
             return max(m["peak"] for m in measured) / 2**20, True
@@ -192,18 +190,18 @@ def memory_vs_throughput(runs: list[dict], out: Path) -> Figure:
 
     fig, ax = plt.subplots(figsize=(7, 4.6))
     groups = by_mode(runs)
-    all_t = [r["metrics"]["throughput_samples_s"] for r in runs]
+    all_t = [r.metrics.throughput_samples_s for r in runs]
     for (how, mine), color in zip(sorted(groups.items()), ("#4c72b0", "#c44e52", "#55a868", "#8172b2", "#937860")):
-        points = [(peak(r)[0], r["metrics"]["throughput_samples_s"]) for r in mine]
+        points = [(peak(r)[0], r.metrics.throughput_samples_s) for r in mine]
         front = sorted(_pareto(points), key=lambda i: points[i][0])
         for r, (m, t) in zip(mine, points):
             ax.plot(m, t, "o", color=color, mfc=color if peak(r)[1] else "none", ms=6)
         ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "-", color=color, lw=1.2,
                 label=f"Pareto front, {how}" if len(groups) > 1 else "Pareto front")
         for i in front:
-            c = mine[i]["config"]
-            ax.annotate(f"{c['schedule']['name']} M={c['microbatches']} ckpt={'on' if c.get('checkpointing') else 'off'}"
-                        f" zero={c.get('zero', 0)}", points[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
+            c = mine[i].cfg
+            ax.annotate(f"{c.schedule.name} M={c.microbatches} ckpt={'on' if c.checkpointing else 'off'} zero={c.zero}",
+                        points[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
     ax.set(xlabel="peak memory of the fullest rank (MiB)", ylabel="throughput (samples/s)")
     ax.set_xlim(left=0)
     if len(groups) > 1:  # scales apart: a log axis keeps each group's spread visible

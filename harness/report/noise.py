@@ -6,47 +6,48 @@ one run per point, over that run's measured steps (metrics.intervals)."""
 
 from __future__ import annotations
 
+import dataclasses
 from statistics import fmean
 
 from harness.config import RUN_SECTIONS
 from harness.measure.intervals import interval, overlap
 from harness.report.doc import Block, Heading, Items, Table, Text
-from harness.report.runs import ok, run_ids, schedule_label
+from harness.report.runs import Run, ok, run_ids, schedule_label
 
 IGNORED = ("schedule", "repeat", "seed", *RUN_SECTIONS)
 
 
-def _setting(r: dict) -> tuple:
-    c = r["config"]
-    return tuple(sorted((k, repr(v)) for k, v in c.items() if k not in IGNORED))
+def _setting(r: Run) -> tuple:
+    return tuple(sorted((f.name, repr(getattr(r.cfg, f.name))) for f in dataclasses.fields(r.cfg)
+                        if f.name not in IGNORED))
 
 
-def _short(r: dict) -> str:
-    c = r["config"]
-    return (f"pp={c['pp']} dp={c.get('dp', 1)} M={c['microbatches']} B={c['microbatch_size']} "
-            f"{c['compute']} {c['executor']}")
+def _short(r: Run) -> str:
+    c = r.cfg
+    return f"pp={c.pp} dp={c.dp} M={c.microbatches} B={c.microbatch_size} {c.compute} {c.executor}"
 
 
-def _figure(runs: list[dict], key: str) -> tuple[float, list[float], str]:
+def _figure(runs: list[Run], key: str) -> tuple[float, list[float], str]:
     """(mean, [lo, hi], how) of `key` over a point's runs."""
-    get = {"step": lambda r: r["metrics"]["step_time_s"], "bubble": lambda r: r["metrics"]["bubble"]["measured"]}[key]
+    get = {"step": lambda r: r.metrics.step_time_s, "bubble": lambda r: r.metrics.bubble.measured}[key]
     values = [get(r) for r in runs]
     if len(values) > 1:
         return fmean(values), list(interval(values, fmean)), f"{len(values)} repeats"
-    ci = (runs[0]["metrics"].get("intervals") or {}).get("step_time_s" if key == "step" else "bubble")
-    return values[0], list(ci) if ci else [values[0], values[0]], "its steps"
+    ci = runs[0].metrics.intervals
+    spread = None if ci is None else ci.step_time_s if key == "step" else ci.bubble
+    return values[0], list(spread) if spread else [values[0], values[0]], "its steps"
 
 
-def noise_section(runs: list[dict]) -> list[Block]:
+def noise_section(runs: list[Run]) -> list[Block]:
     blocks: list[Block] = [
         Heading("Within the noise"),
         Text("Per setting (runs alike in everything but the schedule), each schedule's step time and bubble with "
              "a 95% interval: over its repeats' means where the sweep repeated it (`run.repeats=3`), else over its own "
              "measured steps. A schedule whose step-time interval overlaps the fastest one's is not told apart "
              "from it by these runs: repeat the sweep, or run more steps, to separate them.")]
-    settings: dict[tuple, dict[str, list[dict]]] = {}
+    settings: dict[tuple, dict[str, list[Run]]] = {}
     for r in ok(runs):
-        settings.setdefault(_setting(r), {}).setdefault(schedule_label(r["config"]), []).append(r)
+        settings.setdefault(_setting(r), {}).setdefault(schedule_label(r.cfg), []).append(r)
     compared = {k: v for k, v in settings.items() if len(v) > 1}
     if not compared:
         return blocks + [Items(["Not drawn: no two schedules ran in the same setting"])]

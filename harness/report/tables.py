@@ -11,7 +11,7 @@ from harness.report.doc import Block, Table, Text
 from harness.records.atomic import write_atomic
 from harness.records.record import RESULT
 from harness.report.load import Sweep, status_of
-from harness.report.runs import dim, run_id, schedule_label
+from harness.report.runs import Run, dim, run_id, schedule_label
 
 COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatches", "microbatch_size", "model",
            "partition", "layers_per_stage", "compute", "executor", "device", "checkpointing", "step_time_s",
@@ -19,32 +19,29 @@ COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatc
            "bubble_measured", "bubble_lo", "bubble_hi", "bubble_overlapped", "peak_activation_bytes_max", "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
 
 
-def row(run: dict) -> dict:
-    c, m = run["config"], run.get("metrics") or {}
-    b, stages = m.get("bubble") or {}, m.get("stage_time_s")
-    peaks = m["memory"]["peak_activation_bytes_per_rank"] if m else None
-    f = m.get("flops") or {}
-    ci = m.get("intervals") or {}
-    step_ci, bubble_ci = ci.get("step_time_s") or [None, None], ci.get("bubble") or [None, None]
+def row(run: Run) -> dict:
+    c, m = run.cfg, run.result.metrics
+    b, f, ci = (m.bubble, m.flops, m.intervals) if m is not None else (None, None, None)
+    stages, peaks = (m.stage_time_s, m.memory.peak_activation_bytes_per_rank) if m is not None else (None, None)
+    step_ci, bubble_ci = (ci.step_time_s, ci.bubble) if ci is not None else ([None, None], [None, None])
     return {
-        "run": run["_dir"], "status": run["status"], "schedule": schedule_label(c),
-        "virtual_stages": c.get("virtual_stages", 1), "pp": c["pp"], "dp": c.get("dp", 1),
-        "microbatches": c["microbatches"], "microbatch_size": c["microbatch_size"], "model": dim(run, "model"),
-        "partition": dim(run, "partition"), "layers_per_stage": (run.get("partition") or {}).get("layers_per_stage"),
-        "compute": c["compute"], "executor": c["executor"],
-        "device": (run.get("env") or {}).get("device", c.get("device")), "checkpointing": c.get("checkpointing", False),
-        "step_time_s": m.get("step_time_s"), "step_time_lo_s": step_ci[0], "step_time_hi_s": step_ci[1],
-        "throughput_samples_s": m.get("throughput_samples_s"),
-        "tflops_per_device": f.get("tflops_per_device"), "mfu": f.get("mfu"), "hfu": f.get("hfu"),
-        "bubble_theory": b.get("theory"), "bubble_simulated": b.get("simulated"), "bubble_measured": b.get("measured"),
-        "bubble_lo": bubble_ci[0], "bubble_hi": bubble_ci[1], "bubble_overlapped": b.get("steady_measured"),
+        "run": run.dir, "status": run.status, "schedule": schedule_label(c),
+        "virtual_stages": c.virtual_stages, "pp": c.pp, "dp": c.dp,
+        "microbatches": c.microbatches, "microbatch_size": c.microbatch_size, "model": dim(run, "model"),
+        "partition": dim(run, "partition"), "layers_per_stage": run.partition.get("layers_per_stage"),
+        "compute": c.compute, "executor": c.executor, "device": dim(run, "device"), "checkpointing": c.checkpointing,
+        "step_time_s": m and m.step_time_s, "step_time_lo_s": step_ci[0], "step_time_hi_s": step_ci[1],
+        "throughput_samples_s": m and m.throughput_samples_s,
+        "tflops_per_device": f and f.tflops_per_device, "mfu": f and f.mfu, "hfu": f and f.hfu,
+        "bubble_theory": b and b.theory, "bubble_simulated": b and b.simulated, "bubble_measured": b and b.measured,
+        "bubble_lo": bubble_ci[0], "bubble_hi": bubble_ci[1], "bubble_overlapped": b and b.steady_measured,
         "peak_activation_bytes_max": max(peaks) if peaks else None, "stage_time_max_s": max(stages) if stages else None,
-        "measured_imbalance": m.get("measured_imbalance"), "recompute_s": m.get("recompute_s"),
-        "final_loss": (m.get("losses") or [None])[-1], "error": run.get("error"),
+        "measured_imbalance": m and m.measured_imbalance, "recompute_s": m and m.recompute_s,
+        "final_loss": (m.losses or [None])[-1] if m is not None else None, "error": run.error,
     }
 
 
-def _order(run: dict) -> tuple:
+def _order(run: Run) -> tuple:
     """The sweep's own order: Hydra job number, then directories without one."""
     i = run_id(run)
     return (0, int(i), "") if i.isdigit() else (1, 0, i)
@@ -69,21 +66,21 @@ SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "comput
            "other overrides"]
 
 
-def overrides(run: dict) -> list[str]:
+def overrides(run: Run) -> list[str]:
     """A sweep directory's `key=value` overrides (`12_a=1,b=[1,2]` -> [a=1, b=[1,2]]; a part of a
     sweep under its own prefix too: `ckpt0_checkpointing=true` -> [checkpointing=true])."""
     numbered = re.fullmatch(r"[A-Za-z]*\d+", run_id(run)) is not None
-    name = run["_dir"].split("_", 1)[1] if numbered and "_" in run["_dir"] else ""
+    name = run.dir.split("_", 1)[1] if numbered and "_" in run.dir else ""
     return [o for o in re.split(r",(?=[\w.+~/-]+=)", name) if o]
 
 
-def summary(runs: list[dict]) -> list[Block]:
+def summary(runs: list[Run]) -> list[Block]:
     """The table of every run, its overrides shortened to those not shared by every run."""
     shared = set.intersection(*(set(overrides(r)) for r in runs)) if runs else set()
     rows = []
     for run in sorted(runs, key=_order):
         r = row(run)
-        rows.append([run_id(run), r["status"], schedule_label(run["config"]), r["pp"], r["dp"], r["microbatches"],
+        rows.append([run_id(run), r["status"], schedule_label(run.cfg), r["pp"], r["dp"], r["microbatches"],
                      r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
                      _scaled(r["step_time_s"], 1e3), _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3),
                      r["throughput_samples_s"], r["tflops_per_device"],

@@ -9,10 +9,10 @@ import matplotlib.pyplot as plt
 
 from harness.measure.intervals import interval
 from harness.report.figures import Figure, log2_x, save, say
-from harness.report.runs import dim, mode, ok, run_ids, series, varying
+from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
 
 
-def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
+def _line(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
     """Every run as a point (with `spread(r)` as its error bar), the line through the mean at
     each x (repeats of a point stay visible) and, where an x has repeats, the 95% interval of
     their mean as a band."""
@@ -28,41 +28,41 @@ def _line(ax, runs: list[dict], x: str, y, label: str, style: str = "-", spread=
         ax.errorbar(dim(r, x), y(r), yerr=err, fmt="o", ms=4, color=color, capsize=2 if err else 0)
 
 
-def _samples_s(r: dict) -> float:
-    return r["metrics"]["throughput_samples_s"]
+def _samples_s(r: Run) -> float:
+    return r.metrics.throughput_samples_s
 
 
-def _samples_spread(r: dict) -> list[list[float]] | None:
+def _samples_spread(r: Run) -> list[list[float]] | None:
     """Throughput's error bar: its 95% interval over the run's steps (records before intervals:
     from the interquartile range of its step times)."""
-    m = r["metrics"]
+    m = r.metrics
     y = _samples_s(r)
-    if ci := (m.get("intervals") or {}).get("throughput_samples_s"):
+    if m.intervals is not None and (ci := m.intervals.throughput_samples_s):
         return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
-    if not m.get("step_time_iqr_s"):
+    if not m.step_time_iqr_s:
         return None
-    q1, q3 = m["step_time_iqr_s"]
-    samples = y * m["step_time_s"]
+    q1, q3 = m.step_time_iqr_s
+    samples = y * m.step_time_s
     return [[max(0.0, y - samples / q3)], [max(0.0, samples / q1 - y)]]
 
 
-def _model_samples_s(r: dict) -> float:
+def _model_samples_s(r: Run) -> float:
     """The throughput the cost model predicts for the run (modeled op costs and comm.*)."""
-    c = r["config"]
-    return c["microbatches"] * c["microbatch_size"] * c.get("dp", 1) / r["metrics"]["model_step_s"]
+    c = r.cfg
+    return c.microbatches * c.microbatch_size * c.dp / r.metrics.model_step_s
 
 
-def _only_varying(runs: list[dict], x: str) -> list[dict]:
+def _only_varying(runs: list[Run], x: str) -> list[Run]:
     """The runs that form lines against x: groups equal in everything but x (dims that vary
     in the sweep) with at least two values of x. Other runs belong to other figures."""
     others = [d for d in varying(runs) if d != x]
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault(tuple(repr(dim(r, d)) for d in others), []).append(r)
     return [r for g in groups.values() if len({dim(r, x) for r in g}) > 1 for r in g]
 
 
-def _against(ax, runs: list[dict], x: str, name: str) -> list[dict]:
+def _against(ax, runs: list[Run], x: str, name: str) -> list[Run]:
     """Throughput against dimension x, one line per combination of what else varies; the
     runs drawn ([] and the panel says why when no two runs differ in x alone)."""
     runs = _only_varying(runs, x)
@@ -79,7 +79,7 @@ def _against(ax, runs: list[dict], x: str, name: str) -> list[dict]:
     return runs
 
 
-def throughput(runs: list[dict], out: Path) -> Figure:
+def throughput(runs: list[Run], out: Path) -> Figure:
     runs = ok(runs)
     fig_ = Figure("Throughput against M and microbatch size",
                   "Samples per second (M x B x dp / median step time) against the microbatch count M (left) and the "
@@ -104,7 +104,7 @@ def throughput(runs: list[dict], out: Path) -> Figure:
     return fig_
 
 
-def dp_scaling(runs: list[dict], out: Path) -> Figure:
+def dp_scaling(runs: list[Run], out: Path) -> Figure:
     """Throughput, bubble and gradient sync against dp, one line per plan that differs only in
     dp (and the microbatch size a fixed global batch implies): ideal scaling is throughput x dp
     at an unchanged bubble."""
@@ -119,11 +119,11 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
         return fig_
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Run]] = {}
     for r in runs:
-        c = r["config"]
-        groups.setdefault((c["schedule"]["name"], c["pp"], c["microbatches"], mode(r), dim(r, "partition"),
-                           dim(r, "model"), c.get("global_batch")), []).append(r)
+        c = r.cfg
+        groups.setdefault((c.schedule.name, c.pp, c.microbatches, mode(r), dim(r, "partition"), dim(r, "model"),
+                           c.global_batch), []).append(r)
     scaling = {k: g for k, g in groups.items() if len({dim(r, "dp") for r in g}) > 1}
     if skipped := [r for k, g in groups.items() if k not in scaling for r in g]:
         fig_.missing.append(f"runs {run_ids(skipped)}: no other run differs from them in dp alone")
@@ -132,17 +132,17 @@ def dp_scaling(runs: list[dict], out: Path) -> Figure:
         return fig_
     fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
     for (sched, pp, m, compute, *_), mine in scaling.items():
-        gb = mine[0]["config"].get("global_batch")
+        gb = mine[0].cfg.global_batch
         lbl = f"{sched} pp={pp} M={m} {compute}" + (f", global batch {gb}" if gb else "")
         _line(left, mine, "dp", _samples_s, lbl, spread=_samples_spread)
-        if modeled := [r for r in mine if r["metrics"].get("model_step_s")]:
+        if modeled := [r for r in mine if r.metrics.model_step_s]:
             dps = sorted({dim(r, "dp") for r in modeled})
             left.plot(dps, [fmean(_model_samples_s(r) for r in modeled if dim(r, "dp") == d) for d in dps], ":",
                       color=left.lines[-1].get_color(), lw=1)
-        _line(right, mine, "dp", lambda r: r["metrics"]["bubble"]["measured"], lbl)
-        if synced := [r for r in mine if r["metrics"].get("dp_sync_s") is not None]:
-            _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_s"] * 1e3, lbl)
-            _line(sync, synced, "dp", lambda r: r["metrics"]["dp_sync_theory_s"] * 1e3, f"{lbl} (model)", "--",
+        _line(right, mine, "dp", lambda r: r.metrics.bubble.measured, lbl)
+        if synced := [r for r in mine if r.metrics.dp_sync_s is not None]:
+            _line(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
+            _line(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)", "--",
                   color=sync.lines[-1].get_color())
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)

@@ -11,23 +11,23 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, schedule_colors
-from harness.report.runs import dim, ok, run_ids, schedule_label, series
+from harness.report.runs import Run, dim, ok, run_ids, schedule_label, series
 from harness.schedules.registry import SCHEDULES
 
 
 
-def _peak_share(r: dict) -> float | None:
+def _peak_share(r: Run) -> float | None:
     """The fullest rank's measured activations in units of N of its own microbatches (1F1B's
     peak on rank 0, and zb_auto's memory_limit unit on every rank)."""
-    m = r["metrics"]["memory"]
-    peaks, per_mb = m.get("peak_activation_bytes_per_rank"), m.get("activation_bytes_per_microbatch_per_rank")
+    m = r.metrics.memory
+    peaks, per_mb = m.peak_activation_bytes_per_rank, m.activation_bytes_per_microbatch_per_rank
     if not peaks or not per_mb or not all(per_mb):
         return None
-    return max(p / (r["config"]["pp"] * b) for p, b in zip(peaks, per_mb))
+    return max(p / (r.cfg.pp * b) for p, b in zip(peaks, per_mb))
 
 
-def zero_bubble_study(runs: list[dict], out: Path) -> Figure:
-    runs = [r for r in ok(runs) if r["metrics"]["bubble"].get("steady_measured") is not None]
+def zero_bubble_study(runs: list[Run], out: Path) -> Figure:
+    runs = [r for r in ok(runs) if r.metrics.bubble.steady_measured is not None]
     fig_ = Figure(
         "Zero-bubble schedules: bubble and memory",
         "Per schedule against the microbatch count M: left, the measured bubble with steps overlapped (solid: each "
@@ -38,7 +38,7 @@ def zero_bubble_study(runs: list[dict], out: Path) -> Figure:
         "(1F1B's peak on rank 0), the unit of zb_auto's memory_limit. zb_auto's orders are generated for the run's "
         "own costs and memory (what a deferred W keeps); handcrafted ones are fixed. Lines that coincide (1F1B's "
         "and ZB-H1's peak, both N on rank 0) are drawn over each other.", runs)
-    if not any(getattr(SCHEDULES.get(r["config"]["schedule"]["name"]), "split_backward", False) for r in runs):
+    if not any(getattr(SCHEDULES.get(r.cfg.schedule.name), "split_backward", False) for r in runs):
         fig_.missing.append("no run of a zero-bubble schedule (zb_h1, zb_h2, zbv, dualpipev, zb_auto)")
         fig_.runs = []
         return fig_
@@ -46,11 +46,11 @@ def zero_bubble_study(runs: list[dict], out: Path) -> Figure:
     colors = schedule_colors(shown)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for lbl, mine in series(shown, "M", always=("schedule",)).items():
-        color = colors[schedule_label(mine[0]["config"])]
+        color = colors[schedule_label(mine[0].cfg)]
         xs = [dim(r, "M") for r in mine]
-        left.plot(xs, [100 * r["metrics"]["bubble"]["steady_measured"] for r in mine], "o-", ms=4, lw=1.3,
-                  color=color, label=lbl)
-        left.plot(xs, [100 * r["metrics"]["bubble"]["measured"] for r in mine], ":", lw=1, color=color)
+        left.plot(xs, [100 * r.metrics.bubble.steady_measured for r in mine], "o-", ms=4, lw=1.3, color=color,
+                  label=lbl)
+        left.plot(xs, [100 * r.metrics.bubble.measured for r in mine], ":", lw=1, color=color)
         held = [(x, s) for x, r in zip(xs, mine) if (s := _peak_share(r)) is not None]
         if held:
             right.plot([x for x, _ in held], [s for _, s in held], "o-", ms=4, lw=1.3, color=color, label=lbl)
