@@ -19,7 +19,8 @@ from harness.planning.plan import Plan, make_plan
 from harness.runtime.precision import Precision
 from harness.records.atomic import write_json_atomic
 from harness.records.identity import identity_config, provenance
-from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment, wall_clock_origin, write_trace_json
+from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment
+from harness.measure.trace_json import wall_clock_origin, write_trace_json
 from harness.measure.reference import reference_losses
 from harness.records.result import Metrics, RecordError, Result, measurement_of, read
 from harness.records import running

@@ -142,7 +142,7 @@ def test_a_file_that_grows_past_its_cap_is_read_only_to_cap_plus_one(tmp_path, m
 
 
 def test_the_caps_have_room_over_what_the_harness_writes():
-    from harness.records.record import MAX_TRACE_EVENTS
+    from harness.measure.trace_json import MAX_TRACE_EVENTS
 
     # 131,072 events with their flows were 44 MiB (~355 bytes each): 1 KB an event is room
     assert CAPS["trace"] >= MAX_TRACE_EVENTS * 1000

@@ -1,5 +1,5 @@
 """The job's records besides result.json: the Gantt chart (harness/records/gantt.py) and trace.json
-(record.write_trace_json): what they show, the cap on trace.json, atomic writes."""
+(harness/measure/trace_json.py write_trace_json): what they show, the cap on trace.json, atomic writes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from harness.records.gantt import COLORS, gantt_figure, plot_gantt
-from harness.records.record import read_trace, write_atomic, write_json_atomic, write_trace_json
+from harness.records.record import write_atomic, write_json_atomic
+from harness.measure.trace_json import read_trace, write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate

@@ -21,8 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.measure.execution import RankReport
-from harness.records.record import (STEP_PAD_US, messages, peaks_per_step, read_trace, read_trace_meta, wall_clock_origin,
-                            write_trace_json)
+from harness.measure.trace_json import STEP_PAD_US, messages, peaks_per_step, read_trace, read_trace_meta, wall_clock_origin, write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate

@@ -394,7 +394,7 @@ def test_log_wandb_never_raises_and_restores_the_environment(monkeypatch, tmp_pa
 def test_history_rows_per_step_from_the_record_and_the_trace(tmp_path):
     """What log_wandb logs per step, from a record alone (executor=sim's shape: one simulated
     step repeated, no loss, no memory metered) and with trace.json's per-step peaks."""
-    from harness.records.record import write_trace_json
+    from harness.measure.trace_json import write_trace_json
     from harness.measure.trace import COMPUTE, Event
 
     metrics = {"step_time_s": 0.5, "step_times_s": [0.5, 0.4, 0.625], "throughput_samples_s": 16.0,

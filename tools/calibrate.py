@@ -247,7 +247,7 @@ def step_medians(trace_path: Path, warmup: int, stage: int) -> dict[str, float]:
     the mean of its others ("B_rest"). The first backward of a step creates each parameter's
     .grad; every later one reads and rewrites it (7-9 ms more here at 8 x 4 MiB of weights:
     10.9 against 18.3 ms at B=8), so a step's mean B depends on its M."""
-    from harness.records.record import read_trace
+    from harness.measure.trace_json import read_trace
 
     steps: dict[int, list] = {}
     for e in read_trace(trace_path):

@@ -28,7 +28,7 @@ CAPS: dict[str, int] = {
     "schedule_csv": 16 * MiB,
     # a custom model's source file: examples/my_model.py is 4 KB
     "model": 4 * MiB,
-    # trace.json is written with at most record.MAX_TRACE_EVENTS (200,000) events, plus step slices and
+    # trace.json is written with at most trace_json.MAX_TRACE_EVENTS (200,000) events, plus step slices and
     # flows: ~70 MB at most (131,072 events with their flows measured 44 MiB)
     "trace": 256 * MiB,
     # gantt.png: a figure of a bounded size, flat colour (tens of KB to a few MB)

@@ -289,7 +289,8 @@ def history_rows(result: dict, out_dir: Path | None = None) -> list[dict]:
 def _peaks_per_step(out_dir: Path | None, pp: int) -> dict[int, dict[int, int]]:
     """step -> pipeline rank of replica 0 -> its peak activation bytes in the step, from
     trace.json (empty where there is none, or it has no per-step peaks: an older file)."""
-    from harness.records.record import TRACE, read_trace_meta
+    from harness.records.record import TRACE
+    from harness.measure.trace_json import read_trace_meta
 
     if out_dir is None or not (Path(out_dir) / TRACE).is_file():
         return {}

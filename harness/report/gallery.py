@@ -66,7 +66,7 @@ def _plan(run: Run) -> PlanRecord:
 
 
 def read_trace_capped(path: Path) -> Trace:
-    """A job's trace.json as record.read_trace reads it, from a regular file within safe_io's
+    """A job's trace.json as trace_json.read_trace reads it, from a regular file within safe_io's
     trace cap only (a record's trace.json may be a FIFO, a link to /dev/zero, a sparse 8 GB
     file: refused by its type or size before a byte is read); ValueError (one line) otherwise."""
     data = json.loads(read_bytes(path, TRACE, "trace"))

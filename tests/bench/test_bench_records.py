@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.records.gantt import plot_gantt
-from harness.records.record import write_trace_json
+from harness.measure.trace_json import write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
