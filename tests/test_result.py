@@ -12,7 +12,7 @@ from tests.test_report import fake
 
 
 def test_a_record_round_trips_and_carries_its_version(tmp_path):
-    record = {k: v for k, v in fake(0).items() if k != "_dir"}
+    record = fake(0).result.to_json()
     assert record["schema_version"] == SCHEMA_VERSION
     (tmp_path / "result.json").write_text(json.dumps(record))
     result = read(tmp_path / "result.json")
@@ -22,7 +22,7 @@ def test_a_record_round_trips_and_carries_its_version(tmp_path):
 
 def test_a_version_1_record_is_upgraded_on_read():
     """Version 1 named per-rank lists `_per_stage` and the global ranks' bubbles `measured_per_rank`."""
-    v2 = {k: v for k, v in fake(0).items() if k != "_dir"}
+    v2 = fake(0).result.to_json()
     v1 = json.loads(json.dumps(v2))
     del v1["schema_version"]
     b, mem = v1["metrics"]["bubble"], v1["metrics"]["memory"]
@@ -35,12 +35,14 @@ def test_a_version_1_record_is_upgraded_on_read():
 def test_a_version_2_record_says_whether_it_was_simulated():
     """Version 2 had no plan.simulated: executor=sim was the one simulated executor then."""
     for executor, simulated in (("sim", True), ("native", False)):
-        v2 = {k: v for k, v in fake(0).items() if k != "_dir"}
+        v2 = fake(0).result.to_json()
         v2["schema_version"], v2["config"]["executor"] = 2, executor
+        del v2["measurement"]  # a later field: derived from the plan on reading
         v2["plan"] = {"stage_layers": [[0, 4], [4, 8]], "partition": {}, "stage_rank": {"0": 0, "1": 1},
                       "device": "cpu", "backend": "gloo", "emulated_cost": {}}
         got = Result.from_json(v2)
         assert got.plan.simulated is simulated and got.simulated is simulated and got.schema_version == SCHEMA_VERSION
+        assert got.measurement == ("simulated" if simulated else "emulated")
 
 
 @pytest.mark.parametrize("edit,reason", [
@@ -48,9 +50,10 @@ def test_a_version_2_record_says_whether_it_was_simulated():
     (lambda r: r["metrics"].pop("bubble"), "result.metrics.bubble: missing"),
     (lambda r: r["metrics"].update(step_time_s="fast"), "result.metrics.step_time_s: str where float belongs"),
     (lambda r: r.update(status=None), "result.status: null where a value is required"),
+    (lambda r: r.update(measurement="guessed"), "measurement='guessed': unknown (allowed: measured, emulated"),
 ])
 def test_a_bad_record_is_one_line(edit, reason):
-    record = {k: v for k, v in fake(0).items() if k != "_dir"}
+    record = fake(0).result.to_json()
     edit(record)
     with pytest.raises(RecordError) as err:
         Result.from_json(record)
