@@ -145,10 +145,9 @@ def test_the_gantt_title_shows_what_ran(config):
     global_batch=32 runs B=2, not the default 4)."""
     from tests.test_report import fake
     from harness.job import gantt_title
-    from harness.records.result import Result
 
     plan = make_plan(config(pp=2, microbatches=4, dp=4, global_batch=32))
-    title = gantt_title(plan, Result.from_json(fake(0)).metrics, 3)
+    title = gantt_title(plan, fake(0).metrics, 3)
     assert "pp=2  dp=4  M=4  B=2" in title and "cpu/gloo p2p=eager" in title
 
 
