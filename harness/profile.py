@@ -64,6 +64,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.frontend.args import OneLineParser
 from harness.runtime import compat
 from harness.frontend.compose import compose_config
 from harness.config import DTYPE_NAMES, MAX_DIM, MAX_WORLD, Config, ConfigError, check_values
@@ -386,13 +387,6 @@ def _error(message: str) -> int:
     return 2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
-        print(f"harness.profile: error: {message} (allowed: python -m harness.profile [key=value ...] [--out FILE] "
-              "[--microbatch-sizes B ...] [--blocks K] [--estimate KIND ...]; --help lists them)", file=sys.stderr)
-        sys.exit(2)
-
-
 MAX_REPEATS = 10_000  # --warmup, --repeats: timed runs of each layer at each size
 
 
@@ -459,8 +453,10 @@ def write_profile(out: Path, prof: dict) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="python -m harness.profile", description=__doc__,
-                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="python -m harness.profile", description=__doc__,
+                       allowed="python -m harness.profile [key=value ...] [--out FILE] [--microbatch-sizes B ...] "
+                               "[--blocks K] [--estimate KIND ...]; --help lists them",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="config keys, as for python -m harness")
     ap.add_argument("--out", type=Path, default=Path("profile.json"))
     ap.add_argument("--microbatch-sizes", type=int, nargs="+", default=[1, 4, 8])

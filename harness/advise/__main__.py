@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.frontend.args import OneLineParser
 from harness.config import MAX_ACTIONS, MAX_GPUS, MAX_WORLD, PLACEMENTS
 from harness.records.outputs import out_problem
 
@@ -40,17 +41,14 @@ def _bools(v: str) -> tuple[bool, ...]:
     return {"both": (False, True), "on": (True,), "off": (False,), "true": (True,), "false": (False,)}[v]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
-        hint = ("; keys are key=value, e.g. profile=FILE" if "unrecognized arguments: --" in message else "")
-        print(f"harness.advise: error: {message} (allowed: python -m harness.advise key=value ... cluster=<preset> "
-              f"--global-batch N [options]{hint}; --help lists them)", file=sys.stderr)
-        sys.exit(2)
+def _allowed(message: str) -> str:
+    hint = "; keys are key=value, e.g. profile=FILE" if "unrecognized arguments: --" in message else ""
+    return f"python -m harness.advise key=value ... cluster=<preset> --global-batch N [options]{hint}; --help lists them"
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m harness.advise", description=__doc__,
-                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="python -m harness.advise", description=__doc__, allowed=_allowed,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="python -m harness keys, cluster=<preset> and cluster.<key>=<value>")
     ap.add_argument("--global-batch", type=int, default=None, help="samples per step over all replicas")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default runs/advise/<time>)")

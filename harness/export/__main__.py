@@ -9,10 +9,10 @@ allowed, exit 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from harness.frontend.args import OneLineParser
 from harness.export import megatron, torchtitan
 from harness.records.atomic import write_text
 from harness.export.point import ExportError, Point, load
@@ -21,11 +21,6 @@ from harness.records.outputs import out_problem
 
 TOOLS = ("torchtitan", "megatron")
 PROG = "python -m harness.export"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
-        raise ExportError(f"{message} (allowed: {PROG} --to {'|'.join(TOOLS)} SOURCE [--out FILE])")
 
 
 def csv_path(p: Point, out: Path | None) -> Path:
@@ -51,7 +46,8 @@ def export(tool: str | None, source: str, out: Path | None) -> tuple[Script, str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=(__doc__ or "").splitlines()[0],
+                           allowed=f"{PROG} --to {'|'.join(TOOLS)} SOURCE [--out FILE]", raises=ExportError)
     parser.add_argument("--to", help=f"the tool: {', '.join(TOOLS)} (required)")
     parser.add_argument("source", help="a run directory (or its result.json), or advice.json[#RANK] (default rank 1)")
     parser.add_argument("--out", type=Path, help="write the script here (default: stdout)")

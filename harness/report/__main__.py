@@ -3,7 +3,6 @@ newest sweep under runs/ by default, into reports/<sweep name>/."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -12,6 +11,7 @@ import stat
 import sys
 from pathlib import Path
 
+from harness.frontend.args import OneLineParser
 from harness.records.atomic import UnsafeTarget
 from harness.records.outputs import out_problem
 from harness.records.record import RESULT
@@ -215,15 +215,9 @@ def sweep_problem(path: Path) -> str | None:
             f"{', of the first ' + format(LOOK, ',') + ' entries' if seen >= LOOK else ''}) ({SWEEP_ALLOWED})")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage block and message: one line instead
-        print(f"harness.report: error: {message} (allowed: python -m harness.report [SWEEP_DIR] [--runs DIR] "
-              "[--out DIR] [--copy-as NAME])", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="python -m harness.report", description=__doc__)
+    ap = OneLineParser(prog="python -m harness.report", description=__doc__,
+                       allowed="python -m harness.report [SWEEP_DIR] [--runs DIR] [--out DIR] [--copy-as NAME]")
     ap.add_argument("sweep", nargs="?", type=Path, help="sweep directory (default: newest under --runs)")
     ap.add_argument("--runs", type=Path, default=Path("runs"), help="where Hydra writes runs")
     ap.add_argument("--out", type=Path, default=Path("reports"), help="reports/<sweep name>/ goes here")

@@ -9,9 +9,9 @@ arguments (or a schedule that does not build or parse) exit 2 with one line.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from harness.frontend.args import OneLineParser
 from harness.schedules import p2p
 from harness.schedules.registry import built_in, build, requirements
 from harness.schedules.csv_io import read_csv
@@ -22,13 +22,9 @@ class _BadArgs(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, and no SystemExit from main()
-        raise _BadArgs(message)
-
-
-def _parser() -> _Parser:
-    p = _Parser(prog="python -m harness.schedules.check", description=__doc__.splitlines()[0])
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m harness.schedules.check", description=__doc__.splitlines()[0],
+                      raises=_BadArgs)  # one line, and no SystemExit from main()
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--schedule", choices=sorted(built_in()), help="a built-in schedule")
     src.add_argument("--csv", help="a compute_only schedule CSV (row r: rank r's actions)")
