@@ -3,7 +3,6 @@ plan -> run (a Result) -> records. Everything after planning reads the planned c
 
 from __future__ import annotations
 
-import errno
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, replace
@@ -12,6 +11,7 @@ from pathlib import Path
 import torch
 
 from harness.config import Config, ConfigError
+from harness.records.disk_full import DISK_FULL, disk_full, disk_full_error
 from harness.records.gantt import plot_gantt
 from harness.simulate.gc_pause import paused
 from harness.measure.metrics import compute_metrics, grad_check, over_budget, verdict
@@ -94,18 +94,6 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                  c.wandb.entity)
     write_json_atomic(out_dir / RESULT, result.to_json())
-
-
-DISK_FULL = "disk full"  # how a job's error begins when a write found no space (ENOSPC, EDQUOT)
-
-
-def disk_full(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def disk_full_error(e: OSError) -> str:
-    where = f" writing {Path(e.filename).name}" if e.filename else ""
-    return f"{DISK_FULL}: {e.strerror or 'no space left on device'}{where} ({e.filename or 'a record'})"
 
 
 def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0,

@@ -67,7 +67,8 @@ def main(cfg: DictConfig) -> dict:
     fault = parse_fault(cfg.run.fault) if isinstance(cfg.run.fault, str) else None  # a bad one is refused below
     maybe_interrupt(fault, "start")
     signals.check()  # a signal since the last job (even one an earlier raise lost) ends the sweep here
-    from harness.job import DISK_FULL, run_job
+    from harness.job import run_job
+    from harness.records.disk_full import DISK_FULL
     from harness.runtime.launch import external_rank, shared_pool
 
     hc = HydraConfig.get()

@@ -42,6 +42,7 @@ from harness.frontend.hydra_compat import BASIC_LAUNCHER_LOGGER, runs_jobs_here,
 _POINT_IDS: dict[tuple[str, int], str] = {}  # (sweep dir, job number) -> its point's identity, for jobs in this process
 FULL_ERRORS_ENV = "HARNESS_FULL_ERRORS"  # "1": this run shows whole errors (set by harness.frontend.cli)
 # <sweep dir>/sweep.json: the points planned, launched and skipped (and why), what resume kept and ran again
+from harness.records.disk_full import disk_full  # noqa: E402
 from harness.records.locks import SWEEP_RECORD  # noqa: E402
 
 
@@ -389,7 +390,7 @@ class Sweeper(HydraSweeper):
                                 continue
                         results = self.launcher.launch(segment, initial_job_idx=start)
                     except OSError as e:
-                        if not _disk_full(e):
+                        if not disk_full(e):
                             raise
                         self._stopped(start, points, e, sum(len(seg) for _, seg in order[n + 1:]))
                         break
@@ -421,8 +422,8 @@ class Sweeper(HydraSweeper):
     def _stopped(self, i: int, points: list[Sequence[str]], e: OSError, left: int) -> None:
         """Hydra's own writes for job i (.hydra/, app.log) found the disk full: the job's record
         where space allows, and the sweep stops."""
-        from harness.job import disk_full_error
         from harness.records.atomic import write_json_atomic
+        from harness.records.disk_full import disk_full_error
         from harness.records.record import RESULT
         from harness.records.result import Result
 
@@ -549,11 +550,6 @@ def others_records(dirs: dict[int, Path], points: list[Sequence[str]], varying: 
             "by their number alone and the values came in another order (allowed: a subdir that names the point, as "
             "the default ${hydra.job.num}_${harness.dirname:${hydra.job.override_dirname}}, or another hydra.sweep.dir)")
 
-
-def _disk_full(e: BaseException) -> bool:
-    import errno
-
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _job_lock(directory: Path | None) -> tuple[Any, str | None]:
