@@ -15,7 +15,7 @@ from harness.advise.bubble import explain
 from harness.advise.figure import figure, frame
 from harness.advise.page import count, model_title
 from harness.advise.report import page_blocks, to_json, write
-from harness.advise.search import GIB, Problem, Result, Space, search
+from harness.advise.search import GIB, Problem, Ranking, Space, search
 from harness.config import set_keys
 from harness.model.built import BuiltModel
 from harness.report.doc import markdown
@@ -25,7 +25,7 @@ SPACE = Space(schedules=("gpipe", "1f1b", "interleaved_1f1b"), pp=(2, 4), microb
               virtual_stages=(2,), checkpointing=(False,), zero=(0,))
 
 
-def _searched(memory_gib: float) -> tuple[Problem, Result]:
+def _searched(memory_gib: float) -> tuple[Problem, Ranking]:
     """10 layers on 8 GPUs (stages of unequal layer counts), slow links (hops and all-reduces
     that show), `memory_gib` per GPU."""
     c = config(**{"model.layers": 10, "model.hidden": 256})
@@ -35,7 +35,7 @@ def _searched(memory_gib: float) -> tuple[Problem, Result]:
 
 
 @functools.cache
-def searched() -> tuple[Problem, Result]:
+def searched() -> tuple[Problem, Ranking]:
     """The search with a budget that about half its points fit: the median point's peak."""
     _, everything = _searched(1000.0)
     peaks = sorted(x.memory.peak for x in everything.predictions)

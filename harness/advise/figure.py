@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.records.atomic import write_atomic
 
-from .search import GIB, Prediction, Problem, Result
+from .search import GIB, Prediction, Problem, Ranking
 
 MARGIN = 0.06  # of each axis' span, on both sides
 
@@ -28,7 +28,7 @@ def _span(lo: float, hi: float, floor: float = 0.0) -> tuple[float, float]:
     return max(floor, lo - pad), hi + pad
 
 
-def left_out(p: Problem, r: Result) -> str | None:
+def left_out(p: Problem, r: Ranking) -> str | None:
     """`N points over the X GiB budget (up to Y GiB) not drawn`, or None when all fit."""
     over = [x for x in r.predictions if not x.fits]
     if not over:
@@ -37,7 +37,7 @@ def left_out(p: Problem, r: Result) -> str | None:
             f"budget (up to {max(x.memory.peak for x in over) / GIB:.1f} GiB) not drawn")
 
 
-def frame(p: Problem, r: Result) -> Frame:
+def frame(p: Problem, r: Ranking) -> Frame:
     """The axes' limits: the fitting points' memory and the usable-memory line on x, their
     throughput on y, each with a margin."""
     k = p.tokens_per_sample or 1
@@ -52,7 +52,7 @@ def _xy(xs: list[Prediction], k: int) -> tuple[list[float], list[float]]:
     return [x.memory.peak / GIB for x in xs], [x.throughput_samples_s * k for x in xs]
 
 
-def figure(p: Problem, r: Result, path: Path, title: str) -> Frame:
+def figure(p: Problem, r: Ranking, path: Path, title: str) -> Frame:
     """Draw advice.png at `path`; returns the limits the axes were drawn with, read back from them."""
     import matplotlib
 

@@ -20,7 +20,7 @@ from harness.report.doc import Block, Code, Heading, Image, Items, Table, Text
 from .bubble import Explained
 from .figure import Frame
 from .problem import key_of
-from .search import GIB, Prediction, Problem, Result
+from .search import GIB, Prediction, Problem, Ranking
 
 FAMILIES = {"gpt2": "GPT-2", "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}  # model=hf's arch
 KINDS = {"mlp": "MLP", "gpt": "GPT", "custom": "Custom model"}
@@ -76,7 +76,7 @@ def _tflops(v: float | None) -> str | None:
 class _Rows:
     """The point table's head and rows; the compute columns only where some point has them."""
 
-    def __init__(self, p: Problem, r: Result, points: list[dict]):
+    def __init__(self, p: Problem, r: Ranking, points: list[dict]):
         self.p, self.best = p, r.fitting[0]
         self.of = {id(x): d for x, d in zip(r.predictions, points)}  # a prediction's advice.json entry
         self.flops, self.mfu = _has(points, "tflops_per_device"), _has(points, "mfu")
@@ -98,7 +98,7 @@ class _Rows:
         return Table(list(self.head), [self.row(x) for x in xs])
 
 
-def _recommended(p: Problem, r: Result, best: dict) -> Text:
+def _recommended(p: Problem, r: Ranking, best: dict) -> Text:
     x, k = r.fitting[0], p.tokens_per_sample or 1
     unit = "tokens/s" if p.tokens_per_sample else "samples/s"
     flops = best.get("tflops_per_device")
@@ -128,7 +128,7 @@ def profile_command(p: Problem, sizes: list[int]) -> str:
             f"{' '.join(map(str, sizes))} --out profile.json")
 
 
-def compute_blocks(p: Problem, r: Result, compute: dict | None, top: int) -> list[Block]:
+def compute_blocks(p: Problem, r: Ranking, compute: dict | None, top: int) -> list[Block]:
     """advice.json's `compute`: where the compute costs come from; derived ones said as the fallback."""
     if not compute:
         return []
@@ -166,7 +166,7 @@ def compute_blocks(p: Problem, r: Result, compute: dict | None, top: int) -> lis
     return out
 
 
-def blocks(p: Problem, r: Result, top: int, doc: dict, figure: str | None, frame: Frame | None,
+def blocks(p: Problem, r: Ranking, top: int, doc: dict, figure: str | None, frame: Frame | None,
            explained: Explained | None, commands: Callable[[Prediction], dict[str, str]],
            assumptions: list[str]) -> list[Block]:
     """The advice page. `doc` is advice.json's content (its points in r.predictions' order)."""

@@ -22,10 +22,10 @@ from .figure import Frame, figure
 from .page import blocks, model_title
 from .compute import compute_summary
 from .problem import shown
-from .search import GIB, Prediction, Problem, Result, limit_text
+from .search import GIB, Prediction, Problem, Ranking, limit_text
 
 
-def assumptions(p: Problem, r: Result | None = None) -> list[str]:
+def assumptions(p: Problem, r: Ranking | None = None) -> list[str]:
     cl, c = p.cluster, p.config
     profiled = c.profile is not None
     out = [
@@ -80,7 +80,7 @@ def assumptions(p: Problem, r: Result | None = None) -> list[str]:
     return out + list(p.notes) + planned + [made_assumption(r, name, xs) for name, xs in made.items()]
 
 
-def _made(r: Result) -> dict[str, list[Prediction]]:
+def _made(r: Ranking) -> dict[str, list[Prediction]]:
     """The points of each schedule made per point from its costs (its entry's needs), by name."""
     out: dict[str, list[Prediction]] = {}
     for x in r.predictions:
@@ -89,7 +89,7 @@ def _made(r: Result) -> dict[str, list[Prediction]]:
     return out
 
 
-def made_assumption(r: Result, name: str, xs: list[Prediction]) -> str:
+def made_assumption(r: Ranking, name: str, xs: list[Prediction]) -> str:
     """One line for a made schedule's points (each plan's own note, `schedule=<name>: ...`, says how its order
     was made)."""
     entry, prefix = SCHEDULES[name], f"schedule={name}:"
@@ -150,7 +150,7 @@ def commands(p: Problem, x: Prediction) -> dict[str, str]:
     return out
 
 
-def to_json(p: Problem, r: Result, top: int) -> dict:
+def to_json(p: Problem, r: Ranking, top: int) -> dict:
     pts = []
     for x in r.predictions:
         d = x.as_dict(p.tokens_per_sample)
@@ -175,13 +175,13 @@ def to_json(p: Problem, r: Result, top: int) -> dict:
     }
 
 
-def page_blocks(p: Problem, r: Result, top: int, doc: dict, figure: str | None = None,
+def page_blocks(p: Problem, r: Ranking, top: int, doc: dict, figure: str | None = None,
                 frame: Frame | None = None, explained: Explained | None = None) -> list[Block]:
     """The advice page's blocks (page.py), with this module's commands and assumptions."""
     return blocks(p, r, top, doc, figure, frame, explained, lambda x: commands(p, x), assumptions(p, r))
 
 
-def write(p: Problem, r: Result, out: Path, top: int) -> dict[str, Path]:
+def write(p: Problem, r: Ranking, out: Path, top: int) -> dict[str, Path]:
     """advice.json, advice.png, and the page made once as blocks: advice.md and advice.html."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "advice.json", "md": out / "advice.md", "html": out / "advice.html",

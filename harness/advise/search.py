@@ -57,9 +57,10 @@ from harness.planning.flops import flops_of
 from harness.planning.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
 from harness.model.built import BuiltModel
 from harness.planning.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
+from harness.planning.point import Point
 from harness.records.result import Flops
 from harness.schedules.ir import Action, Kind
-from harness.schedules.registry import COSTS, SCHEDULES, chunks_per_rank, searchable
+from harness.schedules.registry import COSTS, SCHEDULES, searchable
 from harness.simulate import engine, links
 from harness.simulate.cost import CostModel
 from harness.simulate.pricing import price
@@ -73,73 +74,8 @@ def limit_text(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def limit_label(x: float) -> str:
-    """A memory limit as a point's label shows it (4 significant digits)."""
-    return f"{x:.4g}"
-
-
 class AdviseError(ValueError):
     """An input the advisor cannot plan for; str() is one line naming why (exit 2)."""
-
-
-@dataclass(frozen=True, order=True)
-class Point:
-    schedule: str
-    pp: int
-    microbatches: int
-    virtual_stages: int
-    dp: int
-    microbatch_size: int
-    checkpointing: bool
-    zero: int
-    placement: str
-    # the memory limit of a schedule that takes one (its entry's limit_key: zb_auto's schedule.memory_limit, in
-    # units of 1F1B's peak); None for the others
-    memory_limit: float | None = None
-
-    @property
-    def chunks(self) -> int:
-        return chunks_per_rank(self.schedule, self.virtual_stages)
-
-    def overrides(self) -> dict[str, object]:
-        """The harness's keys for this point (global_batch sets B = it / (dp x M))."""
-        o: dict[str, object] = {"schedule": self.schedule}
-        if self.memory_limit is not None:
-            o[f"schedule.{SCHEDULES[self.schedule].limit_key}"] = self.memory_limit
-        return o | {"pp": self.pp, "dp": self.dp, "microbatches": self.microbatches,
-                    "microbatch_size": self.microbatch_size, "virtual_stages": self.virtual_stages,
-                    "checkpointing": self.checkpointing, "zero": self.zero, "placement": self.placement}
-
-    def config(self, base: Config) -> Config:
-        """`base` with this point's keys (B set by its global batch, dp x M x B, as the printed
-        commands set it)."""
-        entry = SCHEDULES[self.schedule]
-        if entry.config is None:
-            schedule = replace(base.schedule, name=self.schedule)
-        else:  # its own section, at its defaults and this point's memory limit
-            limit = {entry.limit_key: self.memory_limit} if self.memory_limit is not None and entry.limit_key else {}
-            schedule = entry.config(name=self.schedule, **limit)
-        return replace(base, schedule=schedule, pp=self.pp, dp=self.dp,
-                       microbatches=self.microbatches, global_batch=self.dp * self.microbatches * self.microbatch_size,
-                       virtual_stages=self.virtual_stages, checkpointing=self.checkpointing, zero=self.zero,
-                       placement=self.placement)
-
-    def label(self) -> str:
-        entry = SCHEDULES[self.schedule]
-        v = f" v={self.virtual_stages}" if entry.reads_virtual_stages else ""
-        limit = f" {entry.limit_key}={limit_label(self.memory_limit)}" if self.memory_limit is not None else ""
-        return (f"{self.schedule} pp={self.pp} dp={self.dp} M={self.microbatches} B={self.microbatch_size}{v}{limit}"
-                f"{' ckpt' if self.checkpointing else ''}{' zero1' if self.zero else ''}"
-                f"{' dp_inner' if self.placement == 'dp_inner' else ''}")
-
-    @classmethod
-    def of(cls, c: Config) -> "Point":
-        """The point a harness Config runs."""
-        b = planned_microbatch_size(c)
-        entry = SCHEDULES[c.schedule.name]
-        v = c.virtual_stages if entry.reads_virtual_stages else 1
-        limit = float(getattr(c.schedule, entry.limit_key)) if entry.limit_key else None
-        return cls(c.schedule.name, c.pp, c.microbatches, v, c.dp, b, c.checkpointing, c.zero, c.placement, limit)
 
 
 @dataclass
@@ -506,7 +442,8 @@ def evaluate(p: Problem, pt: Point) -> Prediction:
 
 
 @dataclass
-class Result:
+class Ranking:
+    """What a search found: every prediction, ranked, and what it left out and why."""
     predictions: list[Prediction]  # ranked: fitting points by throughput, then the rest
     dropped: dict[str, int]
     examples: dict[str, str]
@@ -554,7 +491,7 @@ def _work(group: list[Point]) -> float:
 
 
 def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None = None,
-           workers: int | None = None) -> Result:
+           workers: int | None = None) -> Ranking:
     """Every point predicted, ranked; AdviseError (one line) when there is nothing to rank.
     With workers > 1 the points are split by schedule over forked processes (the per-layer
     memory traces are made first, here, and inherited). The points of schedules made from costs
@@ -620,7 +557,7 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
     rank(preds)
     if not any(x.fits for x in preds):
         raise AdviseError(nothing_fits(p, preds))
-    return Result(preds, dropped, examples, time.perf_counter() - t0)
+    return Ranking(preds, dropped, examples, time.perf_counter() - t0)
 
 
 def rank(preds: list[Prediction]) -> None:

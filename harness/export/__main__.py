@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.frontend.args import OneLineParser
 from harness.export import megatron, torchtitan
 from harness.records.atomic import write_text
-from harness.export.point import ExportError, Point, load
+from harness.export.point import ExportError, Recipe, load
 from harness.export.script import CANNOT, Script
 from harness.records.outputs import out_problem
 
@@ -23,12 +23,12 @@ TOOLS = ("torchtitan", "megatron")
 PROG = "python -m harness.export"
 
 
-def csv_path(p: Point, out: Path | None) -> Path:
+def csv_path(p: Recipe, out: Path | None) -> Path:
     """Where torchtitan's schedule CSV goes: beside --out, else the current directory."""
     if out is not None:
         return out.with_name(out.stem + ".schedule.csv")
-    v = f"_v{p.virtual_stages}" if p.virtual_stages > 1 else ""
-    return Path(f"torchtitan_{p.schedule}_pp{p.pp}_m{p.microbatches}{v}.schedule.csv")
+    v = f"_v{p.point.virtual_stages}" if p.point.virtual_stages > 1 else ""
+    return Path(f"torchtitan_{p.point.schedule}_pp{p.point.pp}_m{p.point.microbatches}{v}.schedule.csv")
 
 
 def export(tool: str | None, source: str, out: Path | None) -> tuple[Script, str | None, Path]:

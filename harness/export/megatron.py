@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from harness.export.point import Point
+from harness.export.point import Recipe
 from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
 from harness.schedules.registry import FILE, spec
 
@@ -23,28 +23,30 @@ LLAMA_LIKE = ("llama", "mistral", "qwen2")  # RMSNorm, SwiGLU, rotary positions,
 FP16_LOSS_SCALE = "1024"  # the harness's fixed fp16 loss scale (harness/runtime/precision.py)
 
 
-def render(p: Point) -> Script:
+def render(p: Recipe) -> Script:
     s = Script(f"harness export -> Megatron-LM pretrain_gpt.py (arguments as megatron/training/arguments.py at "
                f"{COMMIT} defines them)", p.source)
     s.facts.append(launch_fact(p.launch, p.world))
+    pt = p.point
     cmd: list[list[Word]] = [torchrun(p.launch),
                              [Raw('"${MEGATRON:?set MEGATRON to your Megatron-LM checkout}/pretrain_gpt.py"')],
-                             ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]]
+                             ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(pt.pp)]]
     if p.sequence_parallel:
         cmd.append(["--sequence-parallel"])
     if p.tp > 1:
         s.facts.append(f"tensor parallel: tp={p.tp} = --tensor-model-parallel-size {p.tp}, sequence_parallel="
-                       f"{str(p.sequence_parallel).lower()}" + (" = --sequence-parallel" if p.sequence_parallel else ""))
-    if p.pp > 1:
+                       f"{str(p.sequence_parallel).lower()}"
+                       + (" = --sequence-parallel" if p.sequence_parallel else ""))
+    if p.point.pp > 1:
         chunks = _schedule(p, s)
         cmd += _layers(p, chunks, s)
         if chunks > 1:
             cmd += _interleaving(p, s)
     cmd += _model(p, s)
-    cmd.append(["--micro-batch-size", str(p.microbatch_size), "--global-batch-size", str(p.global_batch)])
-    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / ({p.tp} x {p.pp}) "
-                   f"= {p.dp}, microbatches = global / (micro x dp) = {p.global_batch} / ({p.microbatch_size} x "
-                   f"{p.dp}) = {p.microbatches}")
+    cmd.append(["--micro-batch-size", str(p.point.microbatch_size), "--global-batch-size", str(p.global_batch)])
+    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / ({p.tp} x {pt.pp}) "
+                   f"= {pt.dp}, microbatches = global / (micro x dp) = {p.global_batch} / ({pt.microbatch_size} x "
+                   f"{pt.dp}) = {pt.microbatches}")
     cmd += _recompute(p, s)
     cmd += _data_parallel(p, s)
     cmd += _precision(p, s)
@@ -61,17 +63,17 @@ def render(p: Point) -> Script:
     return s
 
 
-def _schedule(p: Point, s: Script) -> int:
+def _schedule(p: Recipe, s: Script) -> int:
     """Model chunks per rank of the Megatron schedule run: 1 (1F1B) or more (interleaved)."""
-    per_rank = p.stages // p.pp
-    if p.schedule in ("1f1b", "interleaved_1f1b"):
+    per_rank = p.stages // p.point.pp
+    if p.point.schedule in ("1f1b", "interleaved_1f1b"):
         return per_rank
-    if spec(p.schedule).needs == FILE:
+    if spec(p.point.schedule).needs == FILE:
         what = "Megatron-LM takes no schedule as data"
     elif p.placement_kind() == "v":
-        what = f"Megatron-LM has no zero-bubble or V-shape schedule (schedule={p.schedule})"
+        what = f"Megatron-LM has no zero-bubble or V-shape schedule (schedule={p.point.schedule})"
     else:
-        what = f"Megatron-LM has no {p.schedule} schedule (its pipeline schedules are 1F1B and interleaved 1F1B)"
+        what = f"Megatron-LM has no {p.point.schedule} schedule (its pipeline schedules are 1F1B and interleaved 1F1B)"
     nearest = "1F1B on the same stages" if per_rank == 1 else (
         f"interleaved 1F1B over the same {p.stages} stages, placed in loop order (stage s on rank s % pp)"
         + (", not in a V" if p.placement_kind() == "v" else ""))
@@ -79,20 +81,20 @@ def _schedule(p: Point, s: Script) -> int:
     return per_rank
 
 
-def _interleaving(p: Point, s: Script) -> list[list[Word]]:
+def _interleaving(p: Recipe, s: Script) -> list[list[Word]]:
     """torch's Interleaved1F1B (the harness's order) runs rounds of M // max(1, M // pp) microbatches
     per chunk; Megatron's microbatch group per virtual stage is the same knob, in [pp, M]."""
-    group = p.microbatches // max(1, p.microbatches // p.pp)
-    if p.microbatches < p.pp:
-        s.cannot.append(f"microbatches={p.microbatches}: Megatron's interleaved schedule needs at least "
-                        f"pp={p.pp} microbatches a step (its microbatch group per virtual stage is in [pp, M])")
+    group = p.point.microbatches // max(1, p.point.microbatches // p.point.pp)
+    if p.point.microbatches < p.point.pp:
+        s.cannot.append(f"microbatches={p.point.microbatches}: Megatron's interleaved schedule needs at least "
+                        f"pp={p.point.pp} microbatches a step (its microbatch group per virtual stage is in [pp, M])")
         return []
     s.facts.append(f"interleaving: microbatch groups of {group} per virtual stage, torch's Interleaved1F1B rounds "
                    "(the harness's order)")
     return [["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]]
 
 
-def _layers(p: Point, chunks: int, s: Script) -> list[list[Word]]:
+def _layers(p: Recipe, chunks: int, s: Script) -> list[list[Word]]:
     lps = list(p.layers_per_stage)
     if not p.decoder:
         s.cannot.append(f"layers per stage {lps}: Megatron splits decoders (embedding, transformer layers, "
@@ -134,7 +136,7 @@ def layout(layers_per_stage: list[int]) -> str:
     return ",".join(f"({text}|)*{n}" if n > 1 else f"{text}|" for text, n in runs).removesuffix("|")
 
 
-def _model(p: Point, s: Script) -> list[list[Word]]:
+def _model(p: Recipe, s: Script) -> list[list[Word]]:
     m = p.model
     if not p.decoder:
         s.cannot.append(f"model={m.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder; this "
@@ -160,8 +162,8 @@ def _model(p: Point, s: Script) -> list[list[Word]]:
     return args
 
 
-def _recompute(p: Point, s: Script) -> list[list[Word]]:
-    if not p.checkpointing:
+def _recompute(p: Recipe, s: Script) -> list[list[Word]]:
+    if not p.point.checkpointing:
         return []
     per = max(p.blocks_per_stage()) if p.decoder and p.checkpoint_every == 0 else max(1, p.checkpoint_every)
     segment = "each stage's transformer layers as one segment" if p.checkpoint_every == 0 else \
@@ -172,23 +174,24 @@ def _recompute(p: Point, s: Script) -> list[list[Word]]:
     return [["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", str(per)]]
 
 
-def _data_parallel(p: Point, s: Script) -> list[list[Word]]:
+def _data_parallel(p: Recipe, s: Script) -> list[list[Word]]:
     out: list[list[Word]] = []
-    if p.zero >= 1 and p.dp > 1:
+    if p.point.zero >= 1 and p.point.dp > 1:
         out.append(["--use-distributed-optimizer"])
-        s.facts.append(f"zero={p.zero}: --use-distributed-optimizer (the optimizer state sharded across dp={p.dp})")
+        s.facts.append(f"zero={p.point.zero}: --use-distributed-optimizer (the optimizer state sharded across "
+                       f"dp={p.point.dp})")
         s.notes.append("Megatron's distributed optimizer also shards the fp32 master weights, which the harness's "
                        "ZeRO-1 keeps whole on every replica: it needs less memory than predicted")
-    if p.dp > 1 and p.placement == "pp_inner":
+    if p.point.dp > 1 and p.point.placement == "pp_inner":
         out.append(["--use-tp-pp-dp-mapping"])  # rank order tp-cp-ep-pp-dp: a pipeline on consecutive ranks
         s.facts.append("placement=pp_inner: --use-tp-pp-dp-mapping (a pipeline's ranks consecutive)")
-    elif p.dp > 1:
+    elif p.point.dp > 1:
         s.facts.append("placement=dp_inner: Megatron's default rank order tp-cp-ep-dp-pp (a stage's replicas "
                        "consecutive)")
     return out
 
 
-def _precision(p: Point, s: Script) -> list[list[Word]]:
+def _precision(p: Recipe, s: Script) -> list[list[Word]]:
     if p.dtype == "bf16":
         s.facts.append("precision: dtype=bf16 = --bf16 (bf16 parameters and activations, fp32 main weights in the "
                        "optimizer, as the harness)")

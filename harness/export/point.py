@@ -16,11 +16,12 @@ from typing import Any
 
 from harness.frontend.compose import compose_config, schedule_key
 from harness.config import MAX_ACTIONS, MAX_DIM, MAX_GPUS, MAX_STEPS, MAX_WORLD, Config, ConfigError
+from harness.planning.point import Point
 from harness.records.record import RESULT
 from harness.records.result import RecordError, read
 from harness.records.safe_io import FileRefused, read_bytes
 from harness.schedules.ir import Schedule
-from harness.schedules.registry import COUNTS, build, spec
+from harness.schedules.registry import COUNTS, SCHEDULES, build, spec
 
 ALLOWED_SOURCE = "a run directory (with result.json), its result.json, or advice.json[#RANK]"
 DECODERS = ("gpt", "hf")  # harness models whose layers are embedding, blocks, head (harness/model/)
@@ -40,18 +41,14 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Point:
+class Recipe:
+    """What a script needs to reproduce a run or an advice point: the point (the planner's,
+    harness/planning/point.py) and, beyond it, the model, how its layers sit on stages and
+    ranks, training settings, tensor parallelism and where the ranks go."""
+
     source: str  # what the header says it came from
-    schedule: str
-    pp: int
-    dp: int
-    microbatches: int
-    microbatch_size: int  # B as planned (global_batch / (dp x M) where a global batch is set)
-    virtual_stages: int
-    checkpointing: bool
+    point: Point  # schedule, pp, dp, M, B (as planned), virtual stages, checkpointing, ZeRO, placement, memory limit
     checkpoint_every: int
-    zero: int
-    placement: str
     dtype: str
     optimizer: str
     lr: float
@@ -70,16 +67,16 @@ class Point:
 
     @property
     def world(self) -> int:
-        return self.pp * self.dp * self.tp
+        return self.point.pp * self.point.dp * self.tp
 
     @property
     def local_batch(self) -> int:
         """Samples per data-parallel replica per step: M x B."""
-        return self.microbatches * self.microbatch_size
+        return self.point.microbatches * self.point.microbatch_size
 
     @property
     def global_batch(self) -> int:
-        return self.local_batch * self.dp
+        return self.local_batch * self.point.dp
 
     @property
     def decoder(self) -> bool:
@@ -95,7 +92,7 @@ class Point:
 
     def placement_kind(self) -> str:
         """"loop" (stage s on rank s % pp), "v" (s and 2pp-1-s share a rank) or "other"."""
-        n = self.pp
+        n = self.point.pp
         if all(r == s % n for s, r in enumerate(self.stage_rank)):
             return "loop"
         if self.stages == 2 * n and all(r == min(s, 2 * n - 1 - s) for s, r in enumerate(self.stage_rank)):
@@ -107,10 +104,10 @@ class Point:
         registry builds them from the counts."""
         if self.recorded_schedule is not None:
             return self.recorded_schedule
-        return build(self.schedule, self.pp, self.microbatches, self.virtual_stages)
+        return build(self.point.schedule, self.point.pp, self.point.microbatches, self.point.virtual_stages)
 
 
-def load(text: str) -> Point:
+def load(text: str) -> Recipe:
     """The point `text` names: a run directory or its result.json, or advice.json[#RANK]."""
     path_text, hash_, rank_text = text.rpartition("#") if "#" in text else (text, "", "")
     path = Path(path_text)
@@ -140,7 +137,7 @@ def _json(path: Path, text: str) -> Any:
 
 
 # -- a run directory -----------------------------------------------------------------------------
-def from_run(result_path: Path) -> Point:
+def from_run(result_path: Path) -> Recipe:
     if not result_path.exists() and not result_path.is_symlink():  # anything else there: read() says what it is
         raise ExportError(f"source={result_path.parent}: no {RESULT} in it (allowed: {ALLOWED_SOURCE})")
     try:
@@ -155,12 +152,12 @@ def from_run(result_path: Path) -> Point:
     ranks = tuple(plan.stage_rank[str(s)] for s in range(len(layers)))
     _checked(result.config, layers)
     recorded = plan.schedule_actions() if plan.schedule is not None else None
-    return _point(f"run {result_path.parent} (status {result.status})", result.config, layers, ranks, recorded,
-                  _launch(result.config.get("cluster"), _world(result.config)))
+    return _recipe(f"run {result_path.parent} (status {result.status})", result.cfg, layers, ranks, recorded,
+                   _launch(result.config.get("cluster"), _world(result.config)))
 
 
 # -- an advice point -----------------------------------------------------------------------------
-def from_advice(path: Path, data: dict, rank_text: str) -> Point:
+def from_advice(path: Path, data: dict, rank_text: str) -> Recipe:
     ranked = {p["rank"]: p for p in data["points"] if isinstance(p, dict) and p.get("rank") is not None}
     allowed = f"1..{max(ranked)}, the points that fit" if ranked else "none: no point of it fits"
     try:
@@ -175,7 +172,7 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Point:
         config = asdict(typed)
         layers = tuple(int(n) for n in point["layers_per_stage"])
         _checked(config, layers)  # before anything is planned from them
-        entry = spec(config["schedule"]["name"])
+        entry = spec(typed.schedule.name)
         # an order made from the point's costs: made again as the planner made it (its plan, executor=sim)
         made = None if entry.needs == COUNTS else _planned(typed)
     except ExportError:
@@ -185,9 +182,9 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Point:
     except (KeyError, TypeError, ValueError) as e:
         raise ExportError(f"source={path}#{rank}: not an advice point (its overrides and layers_per_stage, "
                           f"as harness.advise writes them: {type(e).__name__} {e})") from None
-    ranks = entry.owner(len(layers), config["pp"])
+    ranks = entry.owner(len(layers), typed.pp)
     label = f"{path}#{rank}: {point.get('label', '')}".rstrip(": ")
-    return _point(label, config, layers, ranks, made, _launch(data.get("cluster"), _world(config)))
+    return _recipe(label, typed, layers, ranks, made, _launch(data.get("cluster"), _world(config)))
 
 
 def _planned(c: Config) -> Schedule:
@@ -253,17 +250,16 @@ def _checked(c: dict[str, Any], layers: tuple[int, ...]) -> None:
         raise ExportError(f"lr={lr!r}: the learning rate (allowed: a finite number > 0)")
 
 
-def _point(source: str, c: dict[str, Any], layers: tuple[int, ...], ranks: tuple[int, ...],
-           recorded: Schedule | None, launch: Launch) -> Point:
-    gb = c.get("global_batch")
-    b = gb // (c["dp"] * c["microbatches"]) if gb else c["microbatch_size"]
-    if gb:
-        _whole("microbatch_size", b, 1, MAX_DIM, "samples per microbatch (global_batch / (dp x microbatches))")
-    return Point(source=source, schedule=c["schedule"]["name"], pp=c["pp"], dp=c["dp"],
-                 microbatches=c["microbatches"], microbatch_size=b, virtual_stages=c["virtual_stages"],
-                 checkpointing=bool(c["checkpointing"]), checkpoint_every=int(c.get("checkpoint_every") or 0),
-                 zero=int(c.get("zero") or 0), placement=c.get("placement", "pp_inner"),
-                 dtype=c.get("dtype", "fp32"), optimizer=c["optimizer"]["name"], lr=float(c.get("lr", 0.01)),
-                 steps=int(c.get("steps", 5)), model=dict(c["model"]), layers_per_stage=layers,
-                 stage_rank=ranks, recorded_schedule=recorded, launch=launch, tp=int(c.get("tp") or 1),
-                 sequence_parallel=bool(c.get("sequence_parallel", False)))
+def _recipe(source: str, c: Config, layers: tuple[int, ...], ranks: tuple[int, ...],
+            recorded: Schedule | None, launch: Launch) -> Recipe:
+    if c.schedule.name not in SCHEDULES:
+        raise ExportError(f"schedule={c.schedule.name}: not a registered schedule (allowed: "
+                          f"{', '.join(SCHEDULES)})")
+    point = Point.of(c)
+    if c.global_batch:
+        _whole("microbatch_size", point.microbatch_size, 1, MAX_DIM,
+               "samples per microbatch (global_batch / (dp x microbatches))")
+    return Recipe(source=source, point=point, checkpoint_every=int(c.checkpoint_every or 0), dtype=c.dtype,
+                  optimizer=c.optimizer.name, lr=float(c.lr), steps=int(c.steps), model=asdict(c.model),
+                  layers_per_stage=layers, stage_rank=ranks, recorded_schedule=recorded, launch=launch,
+                  tp=int(c.tp or 1), sequence_parallel=bool(c.sequence_parallel))

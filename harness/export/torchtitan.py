@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.export.point import Point
+from harness.export.point import Recipe
 from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
 from harness.schedules.csv_io import to_csv
 from harness.schedules.registry import spec
@@ -49,24 +49,24 @@ class Export:
     csv: str | None  # the schedule's CSV to write beside it, where the command names one
 
 
-def render(p: Point, csv_path: str) -> Export:
+def render(p: Recipe, csv_path: str) -> Export:
     """The script for `p`; `csv_path` is where the CLI writes the schedule's CSV if one is needed."""
     s = Script(f"harness export -> torchtitan {VERSION}: python -m torchtitan.train, --section.key overrides "
                "(parsed by tyro into the --module/--config registry's config)", p.source)
     s.facts.append(launch_fact(p.launch, p.world))
     cmd: list[list[Word]] = [torchrun(p.launch), ["-m", "torchtitan.train"], _model(p, s)]
     csv = None
-    if p.pp > 1:
+    if p.point.pp > 1:
         name, csv_reason = _schedule(p, s)
-        cmd.append(["--parallelism.pipeline_parallel_degree", str(p.pp)])
+        cmd.append(["--parallelism.pipeline_parallel_degree", str(p.point.pp)])
         cmd.append(["--parallelism.pipeline_parallel_schedule", name])
         if csv_reason is not None:
             csv = to_csv(p.actions())
             cmd.append(["--parallelism.pipeline_parallel_schedule_csv", csv_path])
             s.facts.append(f"schedule: {csv_reason}; the CSV: {csv_path}")
         else:
-            s.facts.append(f"schedule: {p.schedule} = torch's {name}, {p.stages // p.pp} stage(s) per rank")
-        cmd.append(["--parallelism.pipeline_parallel_microbatch_size", str(p.microbatch_size)])
+            s.facts.append(f"schedule: {p.point.schedule} = torch's {name}, {p.stages // p.point.pp} stage(s) per rank")
+        cmd.append(["--parallelism.pipeline_parallel_microbatch_size", str(p.point.microbatch_size)])
         cmd += _layers(p, name, s)
         cmd.append(["--training.disable_cuda_graphs"])  # torchtitan refuses CUDA graphs with pp > 1
     else:
@@ -81,8 +81,9 @@ def render(p: Point, csv_path: str) -> Export:
                            "(sequence parallelism on with TP; it has no switch), so it runs sequence_parallel=true")
     cmd.append(["--training.local_batch_size", str(p.local_batch), "--training.global_batch_size",
                 str(p.global_batch)])
-    s.facts.append(f"batch: local_batch_size = M x B = {p.microbatches} x {p.microbatch_size} per replica, "
-                   f"global {p.global_batch}; torchtitan's microbatches = local / microbatch size = {p.microbatches}")
+    pt = p.point
+    s.facts.append(f"batch: local_batch_size = M x B = {pt.microbatches} x {pt.microbatch_size} per replica, "
+                   f"global {p.global_batch}; torchtitan's microbatches = local / microbatch size = {pt.microbatches}")
     if p.decoder and "seq" in p.model:
         cmd.append(["--training.seq_len", str(p.model["seq"])])
     cmd.append(_precision(p, s))
@@ -93,7 +94,7 @@ def render(p: Point, csv_path: str) -> Export:
     return Export(s, csv)
 
 
-def _model(p: Point, s: Script) -> list[Word]:
+def _model(p: Recipe, s: Script) -> list[Word]:
     """--module/--config: torchtitan's model is its config registry's (model_spec is no CLI key)."""
     m = p.model
     if m.get("name") == "hf" and m.get("arch") in ("llama",):
@@ -115,28 +116,28 @@ def _shape(m: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in m.items() if k != "name" and v is not None)
 
 
-def _schedule(p: Point, s: Script) -> tuple[str, str | None]:
+def _schedule(p: Recipe, s: Script) -> tuple[str, str | None]:
     """(pipeline_parallel_schedule, why a CSV carries the actions or None)."""
-    per_rank = p.stages // p.pp
-    cls = spec(p.schedule).torch_class
+    per_rank = p.stages // p.point.pp
+    cls = spec(p.point.schedule).torch_class
     kind = p.placement_kind()
     if cls in SINGLE_STAGE and per_rank == 1 and kind == "loop":
         return SINGLE_STAGE[cls], None
     if cls in MULTI_STAGE and per_rank >= 2 and (kind == "v") == (MULTI_STAGE[cls] in V_NAMES):
         return MULTI_STAGE[cls], None
     if kind == "other":
-        s.cannot.append(f"schedule={p.schedule}: its stages sit on ranks {list(p.stage_rank)}; torchtitan places "
+        s.cannot.append(f"schedule={p.point.schedule}: its stages sit on ranks {list(p.stage_rank)}; torchtitan places "
                         "stages in loop order (stage s on rank s % pp) or, for ZBVZeroBubble and DualPipeV, in a V")
     # with a CSV torchtitan runs _PipelineScheduleRuntime; the name only says how many stages a rank
     # holds and how they are placed
     name = "ZBVZeroBubble" if kind == "v" else "PipelineScheduleSingle" if per_rank == 1 else "PipelineScheduleMulti"
     if cls in MULTI_STAGE and per_rank == 1:
         why = (f"torchtitan builds {MULTI_STAGE[cls]} with at least 2 stages per rank, and "
-               f"schedule={p.schedule} has 1: its actions go as torch's compute_only CSV under {name}")
+               f"schedule={p.point.schedule} has 1: its actions go as torch's compute_only CSV under {name}")
     elif cls is None:
-        why = f"schedule={p.schedule} has no torch class: its actions go as torch's compute_only CSV under {name}"
+        why = f"schedule={p.point.schedule} has no torch class: its actions go as torch's compute_only CSV under {name}"
     else:
-        why = f"schedule={p.schedule}'s actions go as torch's compute_only CSV under {name}"
+        why = f"schedule={p.point.schedule}'s actions go as torch's compute_only CSV under {name}"
     return name, why
 
 
@@ -159,7 +160,7 @@ def torchtitan_split(stages: int, blocks: int, first_less: int = 1, last_less: i
     return out
 
 
-def _layers(p: Point, schedule_name: str, s: Script) -> list[list[Word]]:
+def _layers(p: Recipe, schedule_name: str, s: Script) -> list[list[Word]]:
     lps = list(p.layers_per_stage)
     if not p.decoder:
         s.cannot.append(f"layers per stage {lps}: torchtitan splits its decoders (embedding, blocks, norm + head); "
@@ -191,24 +192,24 @@ def fqns(layers_per_stage: list[int]) -> list[list[str]]:
     return [[n for name in part for n in name.split(",")] for part in out]
 
 
-def _data_parallel(p: Point, s: Script) -> list[list[Word]]:
-    replicate, shard = (p.dp, 1) if p.zero == 0 else (1, p.dp)
-    if p.dp > 1 and p.zero == 0:
-        s.facts.append(f"data parallel: dp={p.dp}, zero=0 (DDP, every replica holds everything) = "
-                       f"data_parallel_replicate_degree {p.dp}")
-    elif p.dp > 1:
-        s.facts.append(f"data parallel: dp={p.dp}, zero={p.zero} = data_parallel_shard_degree {p.dp}")
+def _data_parallel(p: Recipe, s: Script) -> list[list[Word]]:
+    replicate, shard = (p.point.dp, 1) if p.point.zero == 0 else (1, p.point.dp)
+    if p.point.dp > 1 and p.point.zero == 0:
+        s.facts.append(f"data parallel: dp={p.point.dp}, zero=0 (DDP, every replica holds everything) = "
+                       f"data_parallel_replicate_degree {p.point.dp}")
+    elif p.point.dp > 1:
+        s.facts.append(f"data parallel: dp={p.point.dp}, zero={p.point.zero} = data_parallel_shard_degree {p.point.dp}")
         s.notes.append("torchtitan has no ZeRO-1: FSDP shards the optimizer state as ZeRO-1 does, and the "
                        "parameters and gradients too (all-gathered around each use, gradients reduce-scattered), "
                        "so its memory and communication differ from the prediction's")
-    if p.dp > 1 and p.placement == "pp_inner":
+    if p.point.dp > 1 and p.point.placement == "pp_inner":
         s.cannot.append("placement=pp_inner: torchtitan's device mesh is [pp, dp_replicate, fsdp, cp, tp], pp "
                         "outermost, so a stage's replicas sit on consecutive ranks (the harness's dp_inner)")
     return [["--parallelism.data_parallel_replicate_degree", str(replicate),
              "--parallelism.data_parallel_shard_degree", str(shard)]]
 
 
-def _precision(p: Point, s: Script) -> list[Word]:
+def _precision(p: Recipe, s: Script) -> list[Word]:
     if p.dtype not in DTYPES:
         s.cannot.append(f"dtype={p.dtype}: torchtitan {VERSION} trains in bfloat16 or float32 only; below: bf16 "
                         "mixed precision")
@@ -218,7 +219,7 @@ def _precision(p: Point, s: Script) -> list[Word]:
     return ["--training.dtype", "float32", "--training.mixed_precision_param", param]
 
 
-def _optimizer(p: Point, s: Script) -> None:
+def _optimizer(p: Recipe, s: Script) -> None:
     if p.optimizer != "adamw":
         s.cannot.append(f"optimizer={p.optimizer}: torchtitan's optimizer is its config registry's param_groups, "
                         "not a command-line key (llama3's registry: AdamW)")
@@ -226,8 +227,8 @@ def _optimizer(p: Point, s: Script) -> None:
         s.notes.append("optimizer: the config registry's (llama3's: AdamW), with its learning rate and schedule")
 
 
-def _checkpointing(p: Point, s: Script) -> str:
-    if not p.checkpointing:
+def _checkpointing(p: Recipe, s: Script) -> str:
+    if not p.point.checkpointing:
         return "activation-checkpoint:none"
     segment = "each stage as one segment" if p.checkpoint_every == 0 else f"every {p.checkpoint_every} layers"
     s.notes.append(f"activation checkpointing: torchtitan's full AC recomputes each transformer block from its own "
