@@ -253,7 +253,10 @@ class ClusterConfig:
     nodes: int = 1
     memory_per_gpu_gib: float = 80.0  # what the device has
     memory_reserve_gib: float = 0.0  # not for the model: context, communication buffers, fragmentation
-    memory_bandwidth_Bps: float = 1e12  # device memory bandwidth: the optimizer step's elementwise pass
+    # device memory bandwidth, the optimizer step's elementwise pass: null (presets) reads the device table
+    # by `gpu` (harness/planning/devices.py memory_bandwidth); set it only for a device the table lacks
+    # (cluster=here: this CPU's, measured)
+    memory_bandwidth_Bps: float | None = None
     intra: LinkConfig = field(default_factory=LinkConfig)
     inter: LinkConfig = field(default_factory=LinkConfig)
     allreduce: str = "ring"  # the collective algorithm priced (ring only)
@@ -766,10 +769,11 @@ def check_cluster(c: ClusterConfig) -> None:
                           "point runs pp x dp ranks on them, at most that many)")
     for key in ("memory_per_gpu_gib", "memory_bandwidth_Bps"):
         v = getattr(c, key)
-        if not (math.isfinite(v) and v > 0):
+        if v is not None and not (math.isfinite(v) and v > 0):
             raise ConfigError(f"cluster.{key}={v}: must be a finite number > 0")
     at_most("cluster.memory_per_gpu_gib", c.memory_per_gpu_gib, MAX_GPU_MEMORY_GIB, "GiB a GPU")
-    at_most("cluster.memory_bandwidth_Bps", c.memory_bandwidth_Bps, MAX_BANDWIDTH_BPS, "bytes a second")
+    if c.memory_bandwidth_Bps is not None:
+        at_most("cluster.memory_bandwidth_Bps", c.memory_bandwidth_Bps, MAX_BANDWIDTH_BPS, "bytes a second")
     if not (math.isfinite(c.memory_reserve_gib) and 0 <= c.memory_reserve_gib < c.memory_per_gpu_gib):
         raise ConfigError(f"cluster.memory_reserve_gib={c.memory_reserve_gib}: must be >= 0 and below "
                           f"memory_per_gpu_gib={c.memory_per_gpu_gib}")

@@ -8,7 +8,7 @@ import pytest
 
 from harness.frontend.compose import compose_config
 from harness.job import run_job
-from harness.planning.devices import lookup
+from harness.planning.devices import lookup, memory_bandwidth
 from harness.records.result import read
 from harness.simulate.links import allreduce_s
 
@@ -21,7 +21,8 @@ def test_dgx_presets_load_with_their_sources_and_devices(name):
     device, nvlink, ib, hbm = PRESETS[name]
     cl = compose_config([f"cluster={name}", "cluster.nodes=4"]).cluster
     assert cl.source and cl.name == name and cl.gpus == 32
-    assert (cl.intra.bandwidth_Bps, cl.inter.bandwidth_Bps, cl.memory_bandwidth_Bps) == (nvlink, ib, hbm)
+    assert (cl.intra.bandwidth_Bps, cl.inter.bandwidth_Bps, memory_bandwidth(cl)) == (nvlink, ib, hbm)
+    assert cl.memory_bandwidth_Bps is None  # the device table's, not the preset's
     assert 64 * 2**30 < cl.usable_bytes < 80e9
     d = lookup(cl.gpu)
     assert d is not None and d.name == device and d.memory_bandwidth_Bps == hbm

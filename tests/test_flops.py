@@ -96,3 +96,23 @@ def test_a_simulated_h200_run_records_mfu_and_hfu(tmp_path):
     assert f"MFU {f.mfu:.1%}" in result.headline()
     summary = json.loads((tmp_path / "result.json").read_text())["metrics"]["flops"]
     assert summary["mfu"] == pytest.approx(f.mfu)
+
+
+def test_memory_bandwidth_comes_from_the_device_table_unless_the_cluster_measured_its_own():
+    """One home for a device's bandwidth: the GPU presets read the table; cluster=here (a CPU,
+    which the table does not list) gives its measured figure; a GPU the table lacks, with no
+    figure, is refused in one line naming the key and what is allowed."""
+    from harness.config import ConfigError
+    from harness.planning.checks import validate
+    from harness.planning.devices import memory_bandwidth
+
+    h200 = compose_config(["cluster=h200_node"]).cluster
+    assert h200.memory_bandwidth_Bps is None and memory_bandwidth(h200) == lookup("NVIDIA H200").memory_bandwidth_Bps
+    here = compose_config(["cluster=here"]).cluster
+    assert memory_bandwidth(here) == here.memory_bandwidth_Bps > 0
+    odd = compose_config(["cluster=h200_node", "cluster.gpu=Imaginary X1", "executor=sim"])
+    with pytest.raises(ConfigError) as e:
+        validate(odd)
+    assert str(e.value).startswith("cluster.gpu='Imaginary X1': not in the device table") and "\n" not in str(e.value)
+    odd.cluster.memory_bandwidth_Bps = 2e12  # a figure of its own: used
+    assert memory_bandwidth(odd.cluster) == 2e12

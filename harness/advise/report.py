@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.config import OVERHEAD_TABLES
 from harness.frontend.compose import schedule_key
+from harness.planning.devices import memory_bandwidth
 from harness.records.atomic import write_json_atomic, write_text
 from harness.report.doc import Block, markdown
 from harness.report.html import page as html_page
@@ -41,7 +42,7 @@ def assumptions(p: Problem, r: Ranking | None = None) -> list[str]:
         "over the slowest link the replicas span, inside the stage's last backward (after its last W where the "
         "schedule splits the backward), not overlapped with compute",
         "ZeRO-1: optimizer moments sharded (memory); after the step an all-gather of the updated shards (time)",
-        f"optimizer step: memory-bound, parameters x bytes read and written / {cl.memory_bandwidth_Bps / 1e12:g} TB/s",
+        f"optimizer step: memory-bound, parameters x bytes read and written / {memory_bandwidth(cl) / 1e12:g} TB/s",
         "compute: the profile's per-layer forward and backward seconds at B (linear between measured sizes), "
         f"x cost.time_scale={c.cost.time_scale:g}; split backward I = (1 - w) B, W = w B, "
         f"w = cost.weight_grad_share={c.cost.weight_grad_share:g}"

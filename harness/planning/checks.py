@@ -13,6 +13,7 @@ import os
 from harness.runtime import compat
 from harness.config import (MAX_ACTIONS, MAX_LAYERS, MAX_RUN_ACTIONS, MAX_TIMEOUT_S, Config, ConfigError, check_values,
                             one_of, planned_microbatch_size)
+from harness.planning.devices import memory_bandwidth
 from harness.planning.memory_theory import layer_memory
 from harness.model import MODELS
 from harness.model.built import BuiltModel, built_model
@@ -44,6 +45,8 @@ def validate(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     one_of("schedule", c.schedule.name, tuple(SCHEDULES))
     one_of("model", c.model.name, tuple(MODELS))
     one_of("executor", c.executor, tuple(EXECUTORS))
+    if c.cluster is not None:
+        memory_bandwidth(c.cluster)  # the device table's or the cluster's own: else refused here, in one line
     if c.profile:  # a regular file of a profile's size (read, parsed and checked where it is used)
         try:
             check(c.profile, "profile", "profile")
@@ -336,8 +339,10 @@ def _check_modeled_time(c: Config, executor: Executor, model: BuiltModel) -> Non
     hkey = (f"{name}.bandwidth_Bps", bandwidth) if nbytes / bandwidth >= latency else (f"{name}.latency_s", latency)
     optimizer, okey = 0.0, ("cluster.memory_bandwidth_Bps", None)
     if c.cluster is not None and model.total_params is not None:
-        optimizer = model.total_params / c.pp * optimizer_bytes_touched(c) / c.cluster.memory_bandwidth_Bps
-        okey = ("cluster.memory_bandwidth_Bps", c.cluster.memory_bandwidth_Bps)
+        bandwidth = memory_bandwidth(c.cluster)
+        optimizer = model.total_params / c.pp * optimizer_bytes_touched(c) / bandwidth
+        okey = ("cluster.memory_bandwidth_Bps" if c.cluster.memory_bandwidth_Bps is not None else "cluster.gpu",
+                bandwidth if c.cluster.memory_bandwidth_Bps is not None else c.cluster.gpu)
     step, (key, value) = max((compute, ckey), (hops, hkey), (optimizer, okey), key=lambda t: t[0])
     if step > MAX_STEP_S:
         raise ConfigError(f"{key}={value}: the modeled step is at least {step:,.4g} s, more than {MAX_STEP_S:,} s, a "

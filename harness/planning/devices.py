@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.config import DTYPE_NAMES
+from harness.config import DTYPE_NAMES, ClusterConfig, ConfigError
 
 _HOPPER_SUSTAINED = ("FlashAttention-3 (Shah et al., 2024, arXiv:2407.08608): 740 of 989 TFLOP/s BF16/FP16 on "
                      "H100 SXM5, 75% of the dense peak; H200 has the same GH100 chip and clocks")
@@ -133,3 +133,16 @@ def lookup(device_name: str | None) -> Device | None:
         if re.search(d.pattern, device_name, re.IGNORECASE):
             return d
     return None
+
+
+def memory_bandwidth(cluster: ClusterConfig) -> float:
+    """A cluster's device memory bandwidth, bytes a second: the table's for `cluster.gpu`, or
+    `cluster.memory_bandwidth_Bps` where the cluster gives one (a device the table lacks:
+    cluster=here measures its CPU's). ConfigError (one line) where neither says."""
+    if cluster.memory_bandwidth_Bps is not None:
+        return cluster.memory_bandwidth_Bps
+    if (device := lookup(cluster.gpu)) is not None:
+        return device.memory_bandwidth_Bps
+    raise ConfigError(f"cluster.gpu={cluster.gpu!r}: not in the device table, so its memory bandwidth is unknown "
+                      f"(allowed: a gpu harness/planning/devices.py lists ({', '.join(d.name for d in DEVICES)}), "
+                      "or cluster.memory_bandwidth_Bps=<bytes a second>)")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.config import DTYPE_BYTES, Config, LinkConfig
+from harness.planning.devices import memory_bandwidth
 from harness.simulate import links
 from harness.simulate.cost import CostModel
 
@@ -69,11 +70,11 @@ def price(c: Config, modeled: CostModel, owner: tuple[int, ...], stage_params: l
             fwd_hop[s] = bwd_hop[s + 1] = links.p2p_s(cl, message_bytes, same, world)
     skew = links.overhead(cl, "allreduce_s", world)
     sync = tuple(links.allreduce_s(cl, grads[s], gpus[owner[s]]) + skew for s in range(S)) if c.dp > 1 else ()
-    touched = optimizer_bytes_touched(c)
+    touched, bandwidth = optimizer_bytes_touched(c), memory_bandwidth(cl)
     opt = [0.0] * c.pp
     for s in range(S):
         r = owner[s]
-        opt[r] += stage_params[s] * touched / cl.memory_bandwidth_Bps
+        opt[r] += stage_params[s] * touched / bandwidth
         if c.zero and c.dp > 1:
             opt[r] += links.allgather_s(cl, grads[s], gpus[r])
     return replace(priced, message_bytes=(message_bytes,) * S, fwd_hop_s=tuple(fwd_hop), bwd_hop_s=tuple(bwd_hop),
