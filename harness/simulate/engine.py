@@ -110,20 +110,41 @@ def compile_schedule(schedule: Schedule) -> Compiled:
             owner_map.setdefault(a.stage, r)
     S = max(owner_map, default=-1) + 1
     M = 1 + max((a.microbatch for acts in schedule.values() for a in acts), default=0)
-    n = S * M
     owner = [owner_map[s] for s in range(S)]
-    # done_f[s*M + mb] (F done: its activation exists), done_i (I done), grad (the gradient of
-    # stage s exists); f_row, bi_row, i_row: the row that made each; waiting: event code
-    # (kind * n + id) -> ranks blocked on it
+    rows, actions, mine = _traverse(schedule, owner, S, M)
+    ranks = tuple(sorted(schedule))
+    last_rows: dict[int, int] = {}  # stage -> the row of its last B, I or W (its gradients complete)
+    for r in ranks:
+        for i in mine[r]:
+            if actions[i][2] in (B, I, W):
+                last_rows[actions[i][1]] = i
+    lastb = tuple(actions[last_rows[s]][2] for s in range(S))
+    for s, i in last_rows.items():  # its cost code: the sync runs inside it
+        rows[i] = (*rows[i][:5], LASTB * S + s)
+    counts = tuple(Counter((code, s) for _, s, code, _ in (actions[i] for i in mine[r])) for r in ranks)
+    return Compiled(S, ranks, tuple(owner), tuple(rows), tuple(actions), tuple(tuple(mine[r]) for r in ranks),
+                    lastb, counts, frozenset(last_rows.values()))
+
+
+Row = tuple[int, int, int, int, int, int]  # compile_schedule's: see _traverse
+
+
+def _traverse(schedule: Schedule, owner: list[int], S: int, M: int
+              ) -> tuple[list[Row], list[tuple[int, int, int, int]], dict[int, list[int]]]:
+    """(rows, actions, each rank's rows in its order): compile_schedule's traversal. A row is
+    (previous row of the rank, the F row it needs, its receive's hop code, the gradient row it
+    needs, that gradient's hop code, its cost code); Deadlock where ranks are left blocked.
+    State, by (stage, microbatch) id s*M + mb: done_f (its F done: the activation exists), done_i
+    (I done), grad (stage s's input gradient exists); f_row, bi_row, i_row: the row that made
+    each; waiting: event code (kind * n + id) -> the ranks blocked on it."""
+    n, last = S * M, S - 1
     done_f, done_i, grad = bytearray(n), bytearray(n), bytearray(n)
     f_row, bi_row, i_row = [-1] * n, [-1] * n, [-1] * n
     waiting: dict[int, list[int]] = {}
-    pos = dict.fromkeys(schedule, 0)
-    mine: dict[int, list[int]] = {r: [] for r in schedule}  # each rank's rows, in its order
-    rows: list[tuple[int, int, int, int, int, int]] = []
+    pos, mine = dict.fromkeys(schedule, 0), {r: [] for r in schedule}
+    rows: list[Row] = []
     actions: list[tuple[int, int, int, int]] = []
     todo = list(schedule)
-    last = S - 1
     while todo:
         r = todo.pop()
         lst, p, rows_r = schedule[r], pos[r], mine[r]
@@ -139,10 +160,7 @@ def compile_schedule(schedule: Schedule) -> Compiled:
                 done_f[j] = 1
                 f_row[j] = i
                 made: tuple[int, ...] = (j,)
-                if s:
-                    rows.append((prev, f_row[j - M], s - 1 if owner[s - 1] != r else -1, -1, -1, s))
-                else:
-                    rows.append((prev, -1, -1, -1, -1, s))
+                rows.append((prev, f_row[j - M] if s else -1, s - 1 if s and owner[s - 1] != r else -1, -1, -1, s))
                 actions.append((r, s, F, mb))
             elif k is KW:
                 if not done_i[j]:
@@ -166,11 +184,9 @@ def compile_schedule(schedule: Schedule) -> Compiled:
                     grad[j] = 1
                     made, code = (2 * n + j,), B
                 bi_row[j] = i
-                if s < last:
-                    rows.append((prev, f_row[j], -1, bi_row[j + M], S + s + 1 if owner[s + 1] != r else -1,
-                                 code * S + s))
-                else:
-                    rows.append((prev, f_row[j], -1, -1, -1, code * S + s))
+                below = s < last  # the gradient comes from the next stage (its own hop if on another rank)
+                rows.append((prev, f_row[j], -1, bi_row[j + M] if below else -1,
+                             S + s + 1 if below and owner[s + 1] != r else -1, code * S + s))
                 actions.append((r, s, code, mb))
             rows_r.append(i)
             prev = i
@@ -179,22 +195,10 @@ def compile_schedule(schedule: Schedule) -> Compiled:
                     todo += waiting.pop(c)
             p += 1
         pos[r] = p
-    stuck = [Stuck(r, pos[r], a, _waits_for(a.stage, _code(a.kind), a.microbatch, S, done_f, done_i, grad, M))
-             for r in sorted(schedule) if pos[r] < len(schedule[r]) for a in (schedule[r][pos[r]],)]
-    if stuck:
+    if stuck := [Stuck(r, pos[r], a, _waits_for(a.stage, _code(a.kind), a.microbatch, S, done_f, done_i, grad, M))
+                 for r in sorted(schedule) if pos[r] < len(schedule[r]) for a in (schedule[r][pos[r]],)]:
         raise Deadlock(stuck)
-    ranks = tuple(sorted(schedule))
-    last_rows: dict[int, int] = {}  # stage -> the row of its last B, I or W (its gradients complete)
-    for r in ranks:
-        for i in mine[r]:
-            if actions[i][2] in (B, I, W):
-                last_rows[actions[i][1]] = i
-    lastb = tuple(actions[last_rows[s]][2] for s in range(S))
-    for s, i in last_rows.items():  # its cost code: the sync runs inside it
-        rows[i] = (*rows[i][:5], LASTB * S + s)
-    counts = tuple(Counter((code, s) for _, s, code, _ in (actions[i] for i in mine[r])) for r in ranks)
-    return Compiled(S, ranks, tuple(owner), tuple(rows), tuple(actions), tuple(tuple(mine[r]) for r in ranks),
-                    lastb, counts, frozenset(last_rows.values()))
+    return rows, actions, mine
 
 
 def _table(c: Compiled, cost: CostModel) -> tuple[list[float], list[float]]:
