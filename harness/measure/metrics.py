@@ -279,12 +279,6 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
     repeats = run.step_repeats  # executor=sim: one measured step stands for every identical one
     steps = [events_of_step(trace, s) for s in measured_steps]  # one pass each, read three times below
-    per_step = [bubble_per_rank(t, run.ranks, c.pp) for t in steps] * repeats
-    per_global = [statistics.fmean(b[r] for b in per_step) for r in range(run.ranks)]
-    # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
-    per_rank = [statistics.fmean(per_global[p::c.pp]) for p in range(c.pp)]
-    step_bubbles = [statistics.fmean(b) for b in per_step]
-    steady = statistics.fmean(statistics.fmean(steady_per_rank(t, run.ranks, c.pp)) for t in steps)
     times = [step_time(t) for t in steps] * repeats
     measured_trace = [e for e in trace if e.step >= c.warmup_steps]
     st = statistics.median(times)
@@ -292,10 +286,51 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     # measured compute per microbatch of each stage: F + B (or F + I + W)
     stage_times = [sum(v[s] for v in costs.values()) for s in range(len(plan.stage_layers))]
     sync = dp_sync(plan, measured_trace, measured_steps)
-    replica0 = run.reports[:c.pp]
-    metered = bool(replica0) and all(r.peak_activation_bytes is not None for r in replica0)
-    cuda = [r.cuda_max_memory_allocated for r in replica0]
     samples = c.microbatches * c.microbatch_size * c.dp
+    bubble, hop = _bubble(plan, run, steps, repeats, costs, measured_trace)
+    seq = getattr(c.model, "seq", None)
+    t_lo, t_hi = interval(times)
+    intervals = Intervals(
+        level=LEVEL, method="simulated: every step alike" if repeats > 1 or plan.simulated else
+        "bootstrap of the median over the measured steps", steps=len(times), step_time_s=[t_lo, t_hi],
+        bubble=list(interval(bubble.measured_per_step)), throughput_samples_s=[samples / t_hi, samples / t_lo])
+    return Metrics(
+        intervals=intervals,
+        step_time_s=st,
+        step_times_s=times,
+        step_time_iqr_s=quartiles(times),
+        model_step_s=plan.modeled_step_s(),
+        flops=flops_of(plan, st, device_name),
+        throughput_samples_s=samples / st,
+        # token models: tokens per second too (samples x seq), the figure LM people compare
+        throughput_tokens_s=samples * seq / st if seq else None,
+        losses=run.losses,
+        bubble=bubble,
+        dp_sync_s=sync,
+        dp_sync_share=None if sync is None else sync / st,
+        dp_sync_theory_s=dp_sync_theory_s(plan.sim_cost(), plan.compiled.owner, c.pp),
+        memory=_memory(plan, run),
+        recompute_s=sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
+        p2p_hop_s=hop,
+        stage_time_s=stage_times,
+        measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
+        mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},
+        **clock_record(run, measured_trace),
+        tp_sync_s=_sync_s(measured_trace, measured_steps, "tp_sync") if c.tp > 1 else None,
+    )
+
+
+def _bubble(plan: Plan, run: Execution, steps: list[Trace], repeats: int, costs: dict[str, list[float]],
+            measured_trace: Trace) -> tuple[Bubble, float | None]:
+    """The bubble measured (each measured step's events: `steps`), simulated on the measured
+    costs, in theory, and why (attribution); and the measured hop (None: none measured)."""
+    pp = plan.config.pp
+    per_step = [bubble_per_rank(t, run.ranks, pp) for t in steps] * repeats
+    per_global = [statistics.fmean(b[r] for b in per_step) for r in range(run.ranks)]
+    # global rank = replica * pp + pipeline rank: average each pipeline rank over replicas
+    per_rank = [statistics.fmean(per_global[p::pp]) for p in range(pp)]
+    step_bubbles = [statistics.fmean(b) for b in per_step]
+    steady = statistics.fmean(statistics.fmean(steady_per_rank(t, run.ranks, pp)) for t in steps)
     measured = statistics.fmean(per_rank)
     if plan.simulated:  # the simulation is the measurement: its own cost model, no hop measured
         hop, own = None, plan.sim_cost()
@@ -309,54 +344,34 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     simulated = simulated_bubble(plan, with_comm)
     steady_simulated = engine.steady_bubble(plan.compiled, with_comm, plan.timing(with_comm))
     ideal, ideal_costs = bubble_theory(plan, costs)
-    seq = getattr(c.model, "seq", None)
-    t_lo, t_hi = interval(times)
-    intervals = Intervals(
-        level=LEVEL, method="simulated: every step alike" if repeats > 1 or plan.simulated else
-        "bootstrap of the median over the measured steps", steps=len(times), step_time_s=[t_lo, t_hi],
-        bubble=list(interval(step_bubbles)), throughput_samples_s=[samples / t_hi, samples / t_lo])
-    return Metrics(
-        intervals=intervals,
-        step_time_s=st,
-        step_times_s=times,
-        step_time_iqr_s=quartiles(times),
-        model_step_s=plan.modeled_step_s(),
-        flops=flops_of(plan, st, device_name),
-        throughput_samples_s=samples / st,
-        # token models: tokens per second too (samples x seq), the figure LM people compare
-        throughput_tokens_s=samples * seq / st if seq else None,
-        losses=run.losses,
-        bubble=Bubble(
-            theory=None if ideal is None else ideal.value,
-            theory_source=None if ideal is None else ideal.source,
-            theory_costs=ideal_costs,
-            simulated=simulated,
-            measured=measured,
-            measured_per_rank=per_rank,
-            measured_per_step=step_bubbles,
-            measured_step_iqr=quartiles(step_bubbles),
-            measured_per_global_rank=per_global,
-            attribution=None if ideal is None else attribution(measured, ideal.value, no_comm, simulated),
-            steady_measured=steady,
-            steady_simulated=steady_simulated,
-        ),
-        dp_sync_s=sync,
-        dp_sync_share=None if sync is None else sync / st,
-        dp_sync_theory_s=dp_sync_theory_s(plan.sim_cost(), plan.compiled.owner, c.pp),
-        memory=Memory(
-            peak_activation_bytes_per_rank=[r.peak_activation_bytes for r in replica0] if metered else None,
-            # in (stage, microbatch) units: for chunked schedules one chunk's activations
-            theory_peak_microbatches_per_rank=[_inflight(plan, r) for r in range(c.pp)],
-            activation_bytes_per_microbatch_per_rank=[r.activation_bytes_per_microbatch for r in replica0]
-            if metered else None,
-            cuda_max_memory_allocated_per_rank=cuda if cuda and None not in cuda else None,
-            **memory_per_rank(plan, run),
-        ),
-        recompute_s=sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
-        p2p_hop_s=hop,
-        stage_time_s=stage_times,
-        measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
-        mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},
-        **clock_record(run, measured_trace),
-        tp_sync_s=_sync_s(measured_trace, measured_steps, "tp_sync") if c.tp > 1 else None,
+    return Bubble(
+        theory=None if ideal is None else ideal.value,
+        theory_source=None if ideal is None else ideal.source,
+        theory_costs=ideal_costs,
+        simulated=simulated,
+        measured=measured,
+        measured_per_rank=per_rank,
+        measured_per_step=step_bubbles,
+        measured_step_iqr=quartiles(step_bubbles),
+        measured_per_global_rank=per_global,
+        attribution=None if ideal is None else attribution(measured, ideal.value, no_comm, simulated),
+        steady_measured=steady,
+        steady_simulated=steady_simulated,
+    ), hop
+
+
+def _memory(plan: Plan, run: Execution) -> Memory:
+    """Activations as replica 0's ranks metered them (None where the executor cannot), theory's
+    in-flight microbatches, CUDA's peaks, and every byte of every rank (memory_per_rank)."""
+    replica0 = run.reports[:plan.config.pp]
+    metered = bool(replica0) and all(r.peak_activation_bytes is not None for r in replica0)
+    cuda = [r.cuda_max_memory_allocated for r in replica0]
+    return Memory(
+        peak_activation_bytes_per_rank=[r.peak_activation_bytes for r in replica0] if metered else None,
+        # in (stage, microbatch) units: for chunked schedules one chunk's activations
+        theory_peak_microbatches_per_rank=[_inflight(plan, r) for r in range(plan.config.pp)],
+        activation_bytes_per_microbatch_per_rank=[r.activation_bytes_per_microbatch for r in replica0]
+        if metered else None,
+        cuda_max_memory_allocated_per_rank=cuda if cuda and None not in cuda else None,
+        **memory_per_rank(plan, run),
     )
