@@ -111,31 +111,13 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
     started = time.time()
     rank0 = (external_rank() or (0, 0))[0] == 0
 
-    def write(data: Result) -> None:
-        """result.json, or as much of it as the disk takes: a record without its measurements
-        where the whole one does not fit (the error says so), none where nothing does."""
-        try:
-            write_json_atomic(out_dir / RESULT, data.to_json())
-        except OSError as e:
-            if not disk_full(e):
-                raise
-            if not (data.error or "").startswith(DISK_FULL):
-                data.status, data.error = "failed", disk_full_error(e)
-            small = replace(data, env=None, plan=None, partition=None, metrics=None, trace_json=None)
-            try:
-                write_json_atomic(out_dir / RESULT, small.to_json())
-            except OSError as again:
-                if not disk_full(again):
-                    raise
-                data.error = f"{data.error}; no record written: the disk is full"
-
     def fail(status: str, error: str) -> Result:
         result.status, result.error, result.wall_s = status, error, time.time() - started
-        write(result)
+        _write_within_space(out_dir, result)
         if status == "failed" and not error.startswith(DISK_FULL):  # a dashboard that hides failures misleads
             result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                          c.wandb.entity)
-            write(result)
+            _write_within_space(out_dir, result)
         return result
 
     try:
@@ -145,23 +127,16 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
             except ConfigError as e:  # refused: nothing of an earlier run in out_dir is replaced
                 result.error_detail = e.detail
                 if record_invalid and rank0 and not (out_dir / RESULT).exists():
-                    result.status, result.error, result.wall_s = "failed", str(e), time.time() - started
-                    try:  # the sweep's name for the point: the report counts this record as that point's
-                        result.provenance = provenance(c, point, started)
-                    except Exception:  # noqa: BLE001 - a config that cannot plan may name files that are not there
-                        pass
-                    write(result)
+                    _record_refused(result, c, point, started, str(e))
+                    _write_within_space(out_dir, result)
                 raise
             for f in (RESULT, TRACE, GANTT):  # a rerun's earlier records no longer describe this directory
                 (out_dir / f).unlink(missing_ok=True)
-            result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
-            result.measurement = measurement_of(plan.config.executor, plan.config.compute, plan.simulated)
-            result.provenance = provenance(plan.config, point, started)
-            result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
+            _record_plan(result, plan, point, started)
             maybe_interrupt(parse_fault(c.run.fault), "plan")
             if why := over_budget(plan):  # theory says it cannot fit: not run, and said so
                 result.status, result.error, result.wall_s = "skipped", why, time.time() - started
-                write(result)
+                _write_within_space(out_dir, result)
                 return result
             with ExitStack() as later:  # the workers' exit overlaps the measuring
                 run = execute(plan, pids, out_dir, later, pool)
@@ -177,24 +152,66 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
         if not _recorded_ok(out_dir):  # interrupted after result.json said ok: the record stands
             fail("interrupted", "interrupted (Ctrl-C or SIGTERM)")
         raise
-    except WorkerError as e:
-        return fail("failed", str(e))
-    except OSError as e:
-        if disk_full(e) and rank0:  # the job fails; the sweep stops and says which (harness/frontend/sweeper.py)
-            return fail("failed", disk_full_error(e))
-        if c.run.debug or not rank0:
-            raise
-        return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
     except Exception as e:  # noqa: BLE001 - a bug in one job must not end the sweep
-        if c.run.debug or not rank0:
+        if (error := _job_error(e, c.run.debug, rank0)) is None:
             raise  # torchrun's agent ends the other ranks; rank 0 records what it saw
-        return fail("failed", f"{type(e).__name__}: {e}".replace("\n", " "))
+        return fail("failed", error)
     finally:
         try:
             (out_dir / RUNNING).unlink(missing_ok=True)
         except OSError:
             pass
     return result
+
+
+def _write_within_space(out_dir: Path, data: Result) -> None:
+    """result.json, or as much of it as the disk takes: a record without its measurements
+    where the whole one does not fit (the error says so), none where nothing does."""
+    try:
+        write_json_atomic(out_dir / RESULT, data.to_json())
+    except OSError as e:
+        if not disk_full(e):
+            raise
+        if not (data.error or "").startswith(DISK_FULL):
+            data.status, data.error = "failed", disk_full_error(e)
+        small = replace(data, env=None, plan=None, partition=None, metrics=None, trace_json=None)
+        try:
+            write_json_atomic(out_dir / RESULT, small.to_json())
+        except OSError as again:
+            if not disk_full(again):
+                raise
+            data.error = f"{data.error}; no record written: the disk is full"
+
+
+def _record_refused(result: Result, c: Config, point: str | None, started: float, error: str) -> None:
+    """A sweep job's config that cannot run, as its record says it: failed, why, and the
+    sweep's name for the point (the report counts the record as that point's)."""
+    result.status, result.error, result.wall_s = "failed", error, time.time() - started
+    try:
+        result.provenance = provenance(c, point, started)
+    except Exception:  # noqa: BLE001 - a config that cannot plan may name files that are not there
+        pass
+
+
+def _record_plan(result: Result, plan: Plan, point: str | None, started: float) -> None:
+    """What the plan says into the job's record, before anything runs."""
+    result.config = asdict(plan.config)  # as planned: global_batch sets microbatch_size, timeout_s scaled
+    result.measurement = measurement_of(plan.config.executor, plan.config.compute, plan.simulated)
+    result.provenance = provenance(plan.config, point, started)
+    result.env, result.plan, result.partition = environment(plan), plan.record(), plan.partition.describe()
+
+
+def _job_error(e: Exception, debug: bool, rank0: bool) -> str | None:
+    """A failed job's error, one line; None: raised instead (run.debug=true shows the traceback;
+    a rank other than 0 leaves the record to rank 0). A worker's failure and a full disk are
+    recorded whatever run.debug says."""
+    if isinstance(e, WorkerError):
+        return str(e)
+    if disk_full(e) and rank0:  # the job fails; the sweep stops and says which (harness/frontend/sweeper.py)
+        return disk_full_error(e)  # type: ignore[arg-type]
+    if debug or not rank0:
+        return None
+    return f"{type(e).__name__}: {e}".replace("\n", " ")
 
 
 def _recorded_ok(out_dir: Path) -> bool:
