@@ -249,129 +249,165 @@ def paper_order(n: int, m: int, cost: CostModel, limit: float, knobs: PaperKnobs
     last stage back; before an F or an I, Ws to free memory and to fill the wait for its input
     (a wait no longer than the largest bubble so far is left idle unless `no_bubble_greedy`);
     the Ws left at the end."""
-    Fc, Ic, Wc = cost.fwd_s, cost.igrad, cost.wgrad
-    fwd_hop, bwd_hop = cost.hops(n)
-    nf, ni, nw = [0] * n, [0] * n, [0] * n  # next F, I, W per stage
-    end = [0.0] * n  # each stage's last end
-    mem = [0.0] * n
-    idle = [0.0] * n  # each stage's idle time after its first F
-    f_end = [[0.0] * m for _ in range(n)]
-    i_end = [[0.0] * m for _ in range(n)]
-    acts: list[list[Action]] = [[] for _ in range(n)]
+    p = _PaperRun(n, m, cost, limit, knobs, w)
+    if not _paper_first(p):
+        return None
+    for mb in range(1, m):
+        if not _paper_next(p, mb, _paper_wanted(p)):
+            return None
+    for s in range(n):
+        while p.nw[s] < m:
+            p.put(s, Kind.W)
+    if any(p.nf[s] < m or p.ni[s] < m for s in range(n)):
+        return None
+    return {s: p.acts[s] for s in range(n)}
 
-    top = [0.0]  # the largest idle of any stage so far (idle only grows)
-    KF, KW = Kind.F, Kind.W
 
-    def put(s: int, kind: Kind) -> None:
-        t = end[s]
-        if kind is KW:
-            mb = nw[s]
-            nw[s], mem[s], end[s] = mb + 1, mem[s] - w[s], t + Wc[s]
-            acts[s].append(Action(s, kind, mb))
+class _PaperRun:
+    """paper_order's state as it places actions: per stage its next F, I and W, its last end,
+    the activations it holds, its idle time after its first F, each action's end; `top`: the
+    largest idle of any stage so far (idle only grows)."""
+
+    def __init__(self, n: int, m: int, cost: CostModel, limit: float, knobs: PaperKnobs, w: tuple[float, ...]):
+        self.n, self.m, self.limit, self.knobs, self.w = n, m, limit, knobs, w
+        self.Fc, self.Ic, self.Wc = cost.fwd_s, cost.igrad, cost.wgrad
+        self.fwd_hop, self.bwd_hop = cost.hops(n)
+        self.nf, self.ni, self.nw = [0] * n, [0] * n, [0] * n  # next F, I, W per stage
+        self.end = [0.0] * n  # each stage's last end
+        self.mem = [0.0] * n
+        self.idle = [0.0] * n  # each stage's idle time after its first F
+        self.f_end = [[0.0] * m for _ in range(n)]
+        self.i_end = [[0.0] * m for _ in range(n)]
+        self.acts: list[list[Action]] = [[] for _ in range(n)]
+        self.top = 0.0
+
+    def put(self, s: int, kind: Kind) -> None:
+        """Stage s's next action of `kind`, at its end or when its input arrives."""
+        t = self.end[s]
+        if kind is Kind.W:
+            mb = self.nw[s]
+            self.nw[s], self.mem[s], self.end[s] = mb + 1, self.mem[s] - self.w[s], t + self.Wc[s]
+            self.acts[s].append(Action(s, kind, mb))
             return
-        if kind is KF:
-            mb = nf[s]
-            ready = f_end[s - 1][mb] + fwd_hop[s - 1] if s > 0 else 0.0
+        if kind is Kind.F:
+            mb = self.nf[s]
+            ready = self.f_end[s - 1][mb] + self.fwd_hop[s - 1] if s > 0 else 0.0
             start = t if t > ready else ready
-            f_end[s][mb] = end[s] = start + Fc[s]
-            nf[s], mem[s] = mb + 1, mem[s] + 1.0
+            self.f_end[s][mb] = self.end[s] = start + self.Fc[s]
+            self.nf[s], self.mem[s] = mb + 1, self.mem[s] + 1.0
             waited = start - t if mb else 0.0  # before the first F: not idle, the stage has not begun
         else:
-            mb = ni[s]
-            ready = i_end[s + 1][mb] + bwd_hop[s + 1] if s + 1 < n else f_end[s][mb]
+            mb = self.ni[s]
+            ready = self.i_end[s + 1][mb] + self.bwd_hop[s + 1] if s + 1 < self.n else self.f_end[s][mb]
             start = t if t > ready else ready
-            i_end[s][mb] = end[s] = start + Ic[s]
-            ni[s], mem[s] = mb + 1, mem[s] - (1.0 - w[s])
+            self.i_end[s][mb] = self.end[s] = start + self.Ic[s]
+            self.ni[s], self.mem[s] = mb + 1, self.mem[s] - (1.0 - self.w[s])
             waited = start - t
         if waited:
-            idle[s] += waited
-            if idle[s] > top[0]:
-                top[0] = idle[s]
-        acts[s].append(Action(s, kind, mb))
+            self.idle[s] += waited
+            if self.idle[s] > self.top:
+                self.top = self.idle[s]
+        self.acts[s].append(Action(s, kind, mb))
 
-    def free_for(s: int, need: float) -> bool:
+    def free_for(self, s: int, need: float) -> bool:
         """Ws until `need` more fits; False if it cannot."""
-        while mem[s] + need > limit + 1e-9:
-            if nw[s] >= ni[s]:
+        while self.mem[s] + need > self.limit + 1e-9:
+            if self.nw[s] >= self.ni[s]:
                 return False
-            put(s, Kind.W)
+            self.put(s, Kind.W)
         return True
 
-    def fill(s: int, ready: float) -> None:
+    def fill(self, s: int, ready: float) -> None:
         """Ws into the wait for an input that arrives at `ready`."""
-        while nw[s] < ni[s] and end[s] + Wc[s] <= ready:
-            put(s, Kind.W)
-        if nw[s] < ni[s] and end[s] < ready:
-            if ready - end[s] > top[0] - idle[s] or knobs.no_bubble_greedy:
-                put(s, Kind.W)
+        while self.nw[s] < self.ni[s] and self.end[s] + self.Wc[s] <= ready:
+            self.put(s, Kind.W)
+        if self.nw[s] < self.ni[s] and self.end[s] < ready:
+            if ready - self.end[s] > self.top - self.idle[s] or self.knobs.no_bubble_greedy:
+                self.put(s, Kind.W)
 
+
+def _paper_first(p: _PaperRun) -> bool:
+    """The first microbatch: F on every stage, each stage's warm-up Fs (as many as fill its
+    wait for the first gradient within the memory, each stage fewer than the one before), then
+    the Is from the last stage back; False where the memory does not allow it."""
+    n, m, Fc, Ic, bwd_hop = p.n, p.m, p.Fc, p.Ic, p.bwd_hop
     for s in range(n):
-        if not free_for(s, 1.0):
-            return None
-        put(s, Kind.F)
+        if not p.free_for(s, 1.0):
+            return False
+        p.put(s, Kind.F)
     extra = [0] * n  # warm-up Fs beyond the first
-    last_t = f_end[n - 1][0] + Ic[n - 1]
+    last_t = p.f_end[n - 1][0] + Ic[n - 1]
     for s in range(n - 2, -1, -1):
-        held, t = mem[s], end[s]
+        held, t = p.mem[s], p.end[s]
         arrive = last_t + bwd_hop[s + 1]
-        while nf[s] + extra[s] < m and held + 1.0 <= limit + 1e-9:
-            if (t + Fc[s] > arrive) if knobs.allow_bubble_before_first_b else (t >= arrive):
+        while p.nf[s] + extra[s] < m and held + 1.0 <= p.limit + 1e-9:
+            if (t + Fc[s] > arrive) if p.knobs.allow_bubble_before_first_b else (t >= arrive):
                 break
             held, t, extra[s] = held + 1.0, t + Fc[s], extra[s] + 1
         last_t = max(t, arrive) + Ic[s]
     for s in range(1, n):
-        while extra[s] > 0 and extra[s] >= extra[s - 1] and nf[s] + extra[s] < m:
+        while extra[s] > 0 and extra[s] >= extra[s - 1] and p.nf[s] + extra[s] < m:
             extra[s] -= 1
     for s in range(n):
         for _ in range(extra[s]):
-            put(s, Kind.F)
+            p.put(s, Kind.F)
     for s in range(n - 1, -1, -1):
-        put(s, Kind.I)
-    for mb in range(1, m):
-        want = [0] * n
-        for s in range(n):
-            if nf[s] >= m:
-                continue
-            if knobs.prioritize_b and s + 1 < n and nf[s] >= nf[s + 1] + 2:
-                nxt = end[s + 1] + Fc[s + 1] + Ic[s + 1] + bwd_hop[s + 1]
-                if end[s] >= nxt:
-                    continue
-                over = mem[s] + 1.0 - limit  # Ws that must run before the F
-                w_cost, k = 0.0, 0
-                while over > 1e-9 and nw[s] + k < ni[s]:
-                    over, w_cost, k = over - w[s], w_cost + Wc[s], k + 1
-                if end[s] + Fc[s] + w_cost <= nxt:
-                    want[s] = 1
-                    continue
-                if nxt - end[s] <= top[0] - idle[s]:
-                    continue
-            want[s] = 1
-        for s in range(n - 2, -1, -1):
-            want[s] = min(want[s], want[s + 1])
-        for s in range(n):
-            if want[s]:
-                if not free_for(s, 1.0):
-                    return None
-                if s > 0:
-                    fill(s, f_end[s - 1][nf[s]] + fwd_hop[s - 1])
-                put(s, Kind.F)
-        for s in range(n - 1, -1, -1):
-            if ni[s] != mb:  # this stage's F of the microbatch is not done: the heuristic cannot go on
-                return None
-            if not free_for(s, -(1.0 - w[s])):
-                return None
-            if s + 1 < n:
-                fill(s, i_end[s + 1][mb] + bwd_hop[s + 1])
-            if s == 0 and nf[0] == m:
-                while nw[0] < ni[0]:
-                    put(0, Kind.W)
-            put(s, Kind.I)
+        p.put(s, Kind.I)
+    return True
+
+
+def _paper_wanted(p: _PaperRun) -> list[int]:
+    """Which stages take an F in the next microbatch: each with Fs left, but where
+    `prioritize_b` finds the next stage far enough behind and the wait affordable; never a
+    stage whose next one does not."""
+    n, m, Fc, Ic, Wc, bwd_hop, mem, end = p.n, p.m, p.Fc, p.Ic, p.Wc, p.bwd_hop, p.mem, p.end
+    want = [0] * n
     for s in range(n):
-        while nw[s] < m:
-            put(s, Kind.W)
-    if any(nf[s] < m or ni[s] < m for s in range(n)):
-        return None
-    return {s: acts[s] for s in range(n)}
+        if p.nf[s] >= m:
+            continue
+        if p.knobs.prioritize_b and s + 1 < n and p.nf[s] >= p.nf[s + 1] + 2:
+            nxt = end[s + 1] + Fc[s + 1] + Ic[s + 1] + bwd_hop[s + 1]
+            if end[s] >= nxt:
+                continue
+            over = mem[s] + 1.0 - p.limit  # Ws that must run before the F
+            w_cost, k = 0.0, 0
+            while over > 1e-9 and p.nw[s] + k < p.ni[s]:
+                over, w_cost, k = over - p.w[s], w_cost + Wc[s], k + 1
+            if end[s] + Fc[s] + w_cost <= nxt:
+                want[s] = 1
+                continue
+            if nxt - end[s] <= p.top - p.idle[s]:
+                continue
+        want[s] = 1
+    for s in range(n - 2, -1, -1):
+        want[s] = min(want[s], want[s + 1])
+    return want
+
+
+def _paper_next(p: _PaperRun, mb: int, want: list[int]) -> bool:
+    """A later microbatch: the wanted stages' F, then microbatch mb's I from the last stage
+    back, each after Ws that free memory and fill the wait for its input; False where the
+    heuristic cannot go on."""
+    n = p.n
+    for s in range(n):
+        if want[s]:
+            if not p.free_for(s, 1.0):
+                return False
+            if s > 0:
+                p.fill(s, p.f_end[s - 1][p.nf[s]] + p.fwd_hop[s - 1])
+            p.put(s, Kind.F)
+    for s in range(n - 1, -1, -1):
+        if p.ni[s] != mb:  # this stage's F of the microbatch is not done: the heuristic cannot go on
+            return False
+        if not p.free_for(s, -(1.0 - p.w[s])):
+            return False
+        if s + 1 < n:
+            p.fill(s, p.i_end[s + 1][mb] + p.bwd_hop[s + 1])
+        if s == 0 and p.nf[0] == p.m:
+            while p.nw[0] < p.ni[0]:
+                p.put(0, Kind.W)
+        p.put(s, Kind.I)
+    return True
 
 
 def generate(n: int, m: int, cost: CostModel, memory_limit: float = 1.0, w: float | tuple[float, ...] = 1.0
