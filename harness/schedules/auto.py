@@ -42,7 +42,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from harness.config import MAX_TIMEOUT_S
 from harness.simulate.gc_pause import paused
@@ -134,25 +134,72 @@ def peak_memory(actions: list[Action], w: float) -> float:
 def greedy(n: int, m: int, cost: CostModel, limit: float, knobs: Knobs, w: tuple[float, ...]) -> Schedule:
     """One candidate: the list schedule the preferences and `knobs` make on `cost`, each stage
     s holding at most `limit` microbatches' activations, a deferred W keeping w[s] of one."""
-    F, I, W = cost.fwd_s, cost.igrad, cost.wgrad  # noqa: E741
-    fwd_hop, bwd_hop = cost.hops(n)
-    free = [0.0] * n  # when each stage's last action ends
-    nf, ni = [0] * n, [0] * n  # its next F and next I (both in microbatch order)
-    held = [0.0] * n  # activations held, in microbatches (F +1, I -(1 - w), W -w)
-    room = limit + 1e-9  # float sums: 0.1 + 0.2 > 0.3
-    pending: list[deque[int]] = [deque() for _ in range(n)]  # I done, W not yet
-    f_at = [[INF] * m for _ in range(n)]  # when F(s, mb)'s input is there (INF: not known yet)
-    i_at = [[INF] * m for _ in range(n)]  # when I(s, mb)'s gradient is there
-    f_at[0] = [0.0] * m
-    acts: list[list[Action]] = [[] for _ in range(n)]
-    left = 3 * n * m
+    g = _ListRun(n, m, cost, limit, knobs, w)
+    # each stage's next choice, in a heap by (start, stage); an action changes only its own
+    # stage's and its neighbours' choices, so only those are made again (stale entries skipped)
+    version = [0] * n
+    heap: list[tuple[float, int, int, Kind]] = []
+    heappush, choice, take = heapq.heappush, _chooser(g), _taker(g)
 
-    extra_warmup, f_first, eager_w = knobs.extra_warmup, knobs.f_first, knobs.eager_w
+    def push(s: int) -> None:
+        version[s] += 1
+        c = choice(s)
+        if c is not None:
+            heappush(heap, (c[0], s, version[s], c[1]))
+
+    for s in range(n):
+        push(s)
+    for _ in range(3 * n * m):
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        if heap:
+            start, s, _, kind = heapq.heappop(heap)
+        else:  # every stage waits on an unknown arrival with a W it chose not to run
+            s = min((s for s in range(n) if g.pending[s]), key=lambda s: g.free[s])
+            start, kind = g.free[s], Kind.W
+        take(s, start, kind)
+        if s:
+            push(s - 1)
+        push(s)
+        if s + 1 < n:
+            push(s + 1)
+    return {s: g.acts[s] for s in range(n)}
+
+
+class _ListRun:
+    """greedy's state as it lists actions (its moves: _chooser, _taker): per stage when its
+    last action ends, its next F and I (both in microbatch order), the activations it holds
+    (F +1, I -(1 - w), W -w), its Is whose W has not run, and when each F's input and each I's
+    gradient arrives (INF: not known yet)."""
+
+    __slots__ = ("n", "m", "F", "I", "W", "fwd_hop", "bwd_hop", "w", "room", "knobs", "free", "nf", "ni", "held",
+                 "pending", "f_at", "i_at", "acts")
+
+    def __init__(self, n: int, m: int, cost: CostModel, limit: float, knobs: Knobs, w: tuple[float, ...]):
+        self.n, self.m, self.knobs, self.w = n, m, knobs, w
+        self.F, self.I, self.W = cost.fwd_s, cost.igrad, cost.wgrad
+        self.fwd_hop, self.bwd_hop = cost.hops(n)
+        self.room = limit + 1e-9  # float sums: 0.1 + 0.2 > 0.3
+        self.free = [0.0] * n
+        self.nf, self.ni = [0] * n, [0] * n
+        self.held = [0.0] * n
+        self.pending: list[deque[int]] = [deque() for _ in range(n)]
+        self.f_at = [[INF] * m for _ in range(n)]
+        self.i_at = [[INF] * m for _ in range(n)]
+        self.f_at[0] = [0.0] * m
+        self.acts: list[list[Action]] = [[] for _ in range(n)]
+
+
+def _chooser(g: _ListRun) -> Callable[[int], tuple[float, Kind] | None]:
+    """greedy's preferences: choice(s) is (start, kind) of stage s's next action, or None if it
+    must wait for an arrival no stage has produced yet. A closure over g's lists (read in place,
+    as take changes them): the list schedule asks it three times an action."""
+    free, i_at, f_at, ni, nf, held, pending = g.free, g.i_at, g.f_at, g.ni, g.nf, g.held, g.pending
+    F, W, m, room = g.F, g.W, g.m, g.room
+    extra_warmup, f_first, eager_w = g.knobs.extra_warmup, g.knobs.f_first, g.knobs.eager_w
     KF, KI, KW = Kind.F, Kind.I, Kind.W
 
     def choice(s: int) -> tuple[float, Kind] | None:
-        """(start, kind) of stage s's next action by the preferences, or None if it must wait
-        for an arrival no stage has produced yet."""
         t = free[s]
         ti = i_at[s][ni[s]] if ni[s] < m else INF
         full = held[s] + 1.0 > room  # one more F would pass the limit
@@ -172,28 +219,17 @@ def greedy(n: int, m: int, cost: CostModel, limit: float, knobs: Knobs, w: tuple
             return nxt, (KI if ti <= tf else KF)
         return None
 
-    # each stage's next choice, in a heap by (start, stage); an action changes only its own
-    # stage's and its neighbours' choices, so only those are made again (stale entries skipped)
-    version = [0] * n
-    heap: list[tuple[float, int, int, Kind]] = []
-    heappush = heapq.heappush
+    return choice
 
-    def push(s: int) -> None:
-        version[s] += 1
-        c = choice(s)
-        if c is not None:
-            heappush(heap, (c[0], s, version[s], c[1]))
 
-    for s in range(n):
-        push(s)
-    while left:
-        while heap and heap[0][2] != version[heap[0][1]]:
-            heapq.heappop(heap)
-        if heap:
-            start, s, _, kind = heapq.heappop(heap)
-        else:  # every stage waits on an unknown arrival with a W it chose not to run
-            s = min((s for s in range(n) if pending[s]), key=lambda s: free[s])
-            start, kind = free[s], KW
+def _taker(g: _ListRun) -> Callable[[int, float, Kind], None]:
+    """take(s, start, kind): stage s runs `kind` from `start`; what it holds, and when its
+    neighbours' inputs arrive (a closure over g's lists, as _chooser)."""
+    free, i_at, f_at, ni, nf, held, pending, acts = g.free, g.i_at, g.f_at, g.ni, g.nf, g.held, g.pending, g.acts
+    F, I, W, fwd_hop, bwd_hop, w, n = g.F, g.I, g.W, g.fwd_hop, g.bwd_hop, g.w, g.n  # noqa: E741
+    KF, KI = Kind.F, Kind.I
+
+    def take(s: int, start: float, kind: Kind) -> None:
         if kind is KF:
             mb = nf[s]
             nf[s] += 1
@@ -217,13 +253,8 @@ def greedy(n: int, m: int, cost: CostModel, limit: float, knobs: Knobs, w: tuple
             end = start + W[s]
         acts[s].append(Action(s, kind, mb))
         free[s] = end
-        left -= 1
-        if s:
-            push(s - 1)
-        push(s)
-        if s + 1 < n:
-            push(s + 1)
-    return {s: acts[s] for s in range(n)}
+
+    return take
 
 
 @dataclass(frozen=True)
