@@ -226,14 +226,47 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
     per-action executor cost; a real point's profile and, at 2 ranks, its slow-down); a
     prediction uses the median over the rounds. The real grid is what the search ranks on a
     first profile (every point fits either way)."""
-    from harness.advise.problem import build_problem
-
     work = out / "runs" if work is None else work
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     load0 = load_average()
     t0 = time.time()
-    grids: dict[str, tuple[object, list[Point]]] = {}
+    grids = _grids(cluster, groups, small, work)
+    times = {"emulated": repeats, "real": real_repeats}
+    runs = _Rounds(grids, work, log)
+    for rep in range(max(times[g] for g in grids) if grids else 0):
+        runs.round([(g, i, pt) for g, (_, pts) in grids.items() if rep < times[g] for i, pt in enumerate(pts)])
+    # A point whose runs disagree (a busy minute on the host slowed one of them) runs again,
+    # interleaved with the other such points, until its measurement settles or MAX_RUNS: decided
+    # from the runs alone, never from the prediction.
+    while unsettled := [(g, i, pt) for g, (_, pts) in grids.items() for i, pt in enumerate(pts)
+                        if robust_se(runs.per_run[(g, pt)]) > SETTLED_SE[g]
+                        and len(runs.per_run[(g, pt)]) < MAX_RUNS[g]]:
+        for group, _, pt in unsettled:
+            log(f"tools.advise_validate: {group} {pt.label()}: its runs disagree "
+                f"(standard error {robust_se(runs.per_run[(group, pt)]):.1%}), one more")
+        runs.round(unsettled)
+    rows = _rows(grids, runs, work)
+    priced_on = next(iter(grids.values()))[0].cluster
+    result = {"cluster": priced_on.name, "cluster_source": priced_on.source, "repeats": {g: times[g] for g in grids},
+              "small": small,
+              "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": load_average(),
+              "summary": _summary(grids, rows), "points": rows}
+    write_text(out / "validation.json", json.dumps(result, indent=1))
+    figure(rows, out / "validation.png")
+    write_text(out / "validation.md", markdown(result))
+    return result
+
+
+Grids = dict[str, tuple[object, list[Point]]]  # group -> (its problem, its points)
+
+
+def _grids(cluster: list[str], groups: tuple[str, ...], small: bool, work: Path) -> Grids:
+    """group -> (its problem, its points): the emulated grid (SMALL's three, or what the search
+    fits), and the real one (what the search ranks on a first profile)."""
+    from harness.advise.problem import build_problem
+
+    grids: Grids = {}
     if "emulated" in groups:
         problem = build_problem([*EMULATED_OVERRIDES, *cluster], EMULATED_BATCH)
         pts = list(SMALL) if small else [x.point for x in search(problem, EMULATED_SPACE).fitting]
@@ -244,79 +277,90 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
         first = inrun_profile(work / "grid_profile.json", work / "grid_profile", REAL_B, lambda m: None)
         problem = build_problem([*REAL_MODEL, f"profile={first}", *cluster], REAL_BATCH)
         grids["real"] = (problem, [x.point for x in search(problem, REAL_SPACE).fitting])
-    steps: dict[tuple[str, Point], list[float]] = {}
-    per_run: dict[tuple[str, Point], list[float]] = {}
-    profiles: dict[int, list[Path]] = {}  # B -> the real group's profiles
-    slowdowns: dict[int, list[dict]] = {}  # B -> its 2-rank slow-downs
-    executor: dict[tuple, list[float]] = {}  # calibrate's job -> per-action excess
-    times = {"emulated": repeats, "real": real_repeats}
-    rounds = 0
+    return grids
 
-    def measure_host(group: str, pts: list[Point]) -> None:
+
+class _Rounds:
+    """The runs of validate's rounds and what they measured: each point's steps and per-run
+    medians, and what the host moves (the real group's profiles and 2-rank slow-downs by B,
+    the executor's per-action excess by calibrate's job), over every round."""
+
+    def __init__(self, grids: Grids, work: Path, log):
+        self.grids, self.work, self.log = grids, work, log
+        self.steps: dict[tuple[str, Point], list[float]] = {}
+        self.per_run: dict[tuple[str, Point], list[float]] = {}
+        self.profiles: dict[int, list[Path]] = {}  # B -> the real group's profiles
+        self.slowdowns: dict[int, list[dict]] = {}  # B -> its 2-rank slow-downs
+        self.executor: dict[tuple, list[float]] = {}  # calibrate's job -> per-action excess
+        self.rounds = 0
+
+    def measure_host(self, group: str, pts: list[Point]) -> None:
         """What the host moves, measured once this round for each kind of point about to run:
         each point is priced on the median over every round. Pooled, not paired with a run: a
         profile taken seconds before a run tracked it no better than one from another round
         (README), and one per kind leaves the time to the runs themselves."""
-        tag = f"host{rounds:02d}_{group}"
+        tag = f"host{self.rounds:02d}_{group}"
         if group == "real":
             for b in sorted({pt.microbatch_size for pt in pts}):
                 worlds = {pt.pp * pt.dp for pt in pts if pt.microbatch_size == b} - {1}
-                path, scales = host_profile(b, worlds, work / f"{tag}_b{b}")
-                profiles.setdefault(b, []).append(path)
-                slowdowns.setdefault(b, []).extend(scales.values())
+                path, scales = host_profile(b, worlds, self.work / f"{tag}_b{b}")
+                self.profiles.setdefault(b, []).append(path)
+                self.slowdowns.setdefault(b, []).extend(scales.values())
         else:
             for job in dict.fromkeys(executor_point(pt) for pt in pts):
-                executor.setdefault(job, []).append(host_executor(job, work / f"{tag}_{'_'.join(map(str, job))}"))
+                self.executor.setdefault(job, []).append(
+                    host_executor(job, self.work / f"{tag}_{'_'.join(map(str, job))}"))
 
-    def run_round(todo: list[tuple[str, int, Point]]) -> None:
-        nonlocal rounds
-        for group in grids:
+    def round(self, todo: list[tuple[str, int, Point]]) -> None:
+        """Every point of `todo` once, each group after measuring the host for it."""
+        for group in self.grids:
             pts = [(i, pt) for g, i, pt in todo if g == group]
             if pts:
-                measure_host(group, [pt for _, pt in pts])
+                self.measure_host(group, [pt for _, pt in pts])
                 # each round starts one point further on: no point always runs right after the
                 # host jobs or the same neighbour (a point's runs fell 10% slower than its
                 # profile, pooled over the same ten rounds, while another's fell 4% faster)
-                pts = pts[rounds % len(pts):] + pts[:rounds % len(pts)]
+                pts = pts[self.rounds % len(pts):] + pts[:self.rounds % len(pts)]
             for i, pt in pts:
-                rep = len(per_run.get((group, pt), []))
-                s = run_point(group, grids[group][0], pt, work / f"{group}_{i:02d}_r{rep}", rep, log)
-                steps.setdefault((group, pt), []).extend(s)
-                per_run.setdefault((group, pt), []).append(statistics.median(s))
-        rounds += 1
+                rep = len(self.per_run.get((group, pt), []))
+                s = run_point(group, self.grids[group][0], pt, self.work / f"{group}_{i:02d}_r{rep}", rep, self.log)
+                self.steps.setdefault((group, pt), []).extend(s)
+                self.per_run.setdefault((group, pt), []).append(statistics.median(s))
+        self.rounds += 1
 
-    for rep in range(max(times[g] for g in grids) if grids else 0):
-        run_round([(g, i, pt) for g, (_, pts) in grids.items() if rep < times[g] for i, pt in enumerate(pts)])
-    # A point whose runs disagree (a busy minute on the host slowed one of them) runs again,
-    # interleaved with the other such points, until its measurement settles or MAX_RUNS: decided
-    # from the runs alone, never from the prediction.
-    while unsettled := [(g, i, pt) for g, (_, pts) in grids.items() for i, pt in enumerate(pts)
-                        if robust_se(per_run[(g, pt)]) > SETTLED_SE[g] and len(per_run[(g, pt)]) < MAX_RUNS[g]]:
-        for group, _, pt in unsettled:
-            log(f"tools.advise_validate: {group} {pt.label()}: its runs disagree "
-                f"(standard error {robust_se(per_run[(group, pt)]):.1%}), one more")
-        run_round(unsettled)
+
+def _rows(grids: Grids, runs: _Rounds, work: Path) -> list[dict]:
+    """One row per point: predicted (priced on what the rounds measured of the host) against
+    measured step time and throughput."""
     rows = []
     for group, (problem, pts) in grids.items():
         for i, pt in enumerate(pts):
             # priced on what the rounds measured of the host
             if group == "real":
-                host = profiles[pt.microbatch_size]
-                priced = priced_real(problem, pt, host, slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
+                host = runs.profiles[pt.microbatch_size]
+                priced = priced_real(problem, pt, host,
+                                     runs.slowdowns[pt.microbatch_size] if pt.pp * pt.dp > 1 else [],
                                      work / f"real_{i:02d}")
             else:
-                host = executor[executor_point(pt)]
+                host = runs.executor[executor_point(pt)]
                 priced = priced_executor(problem, pt, host)
-            step, m = predict(priced, problem.model).step_time_s, statistics.median(steps[(group, pt)])
-            reps = per_run[(group, pt)]
+            step, m = predict(priced, problem.model).step_time_s, statistics.median(runs.steps[(group, pt)])
+            reps = runs.per_run[(group, pt)]
             se = robust_se(reps)
             rows.append({"group": group, "point": pt.label(), "overrides": asdict(pt), "predicted_step_s": step,
                          "measured_step_s": m, "error": step / m - 1, "repeat_spread": (max(reps) - min(reps)) / m,
                          "measured_se": se, "runs": len(reps), "host_measurements": len(host),
                          "predicted_throughput": problem.global_batch / step,
                          "measured_throughput": problem.global_batch / m})
+    return rows
+
+
+def _summary(grids: Grids, rows: list[dict]) -> dict:
+    """Per group: the errors, the rank agreement of predicted and measured throughput (all, the
+    top five, and the top five with ties within the measurement's resolution); ranks written
+    into `rows`."""
     summary = {}
-    for group, (problem, _) in grids.items():
+    for group in grids:
         g = [r for r in rows if r["group"] == group]
         for key in ("predicted", "measured"):
             for i, r in enumerate(sorted(g, key=lambda r: -r[f"{key}_throughput"])):
@@ -342,15 +386,7 @@ def validate(cluster: list[str], out: Path, repeats: int = 2, groups: tuple[str,
             "top_point": grid[0]["point"], "top_measured_throughput": grid[0]["measured_throughput"],
             "median_point": median["point"], "median_measured_throughput": median["measured_throughput"],
         }
-    priced_on = next(iter(grids.values()))[0].cluster
-    result = {"cluster": priced_on.name, "cluster_source": priced_on.source, "repeats": {g: times[g] for g in grids},
-              "small": small,
-              "run_seconds": time.time() - t0, "load_average_before": load0, "load_average_after": load_average(),
-              "summary": summary, "points": rows}
-    write_text(out / "validation.json", json.dumps(result, indent=1))
-    figure(rows, out / "validation.png")
-    write_text(out / "validation.md", markdown(result))
-    return result
+    return summary
 
 
 def figure(rows: list[dict], path: Path) -> None:
