@@ -44,8 +44,8 @@ def render(p: Recipe) -> Script:
             cmd += _interleaving(p, s)
     cmd += _model(p, s)
     cmd.append(["--micro-batch-size", str(p.point.microbatch_size), "--global-batch-size", str(p.global_batch)])
-    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / ({p.tp} x {pt.pp}) "
-                   f"= {pt.dp}, microbatches = global / (micro x dp) = {p.global_batch} / ({pt.microbatch_size} x "
+    s.facts.append(f"batch: Megatron's data-parallel size = world / (tensor x pipeline) = {p.world} / "
+                   f"({p.tp} x {pt.pp}) = {pt.dp}, microbatches = global / (micro x dp) = {p.global_batch} / ({pt.microbatch_size} x "
                    f"{pt.dp}) = {pt.microbatches}")
     cmd += _recompute(p, s)
     cmd += _data_parallel(p, s)
