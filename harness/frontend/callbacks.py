@@ -204,6 +204,7 @@ class RunGuard(Callback):
 
         from harness.frontend.compose import to_config
         from harness.config import ConfigError, check_values
+        from harness.planning.early import check_early
         from harness.records.locks import Busy, DirLock, check_free, run_files, sweep_of, unsafe_dir, unsafe_files
 
         HydraConfig.instance().set_config(config)  # what ${hydra:...} reads, as Hydra sets it for the job
@@ -228,6 +229,7 @@ class RunGuard(Callback):
         try:
             c = to_config(config, cwd=cwd)
             check_values(c)  # what the schema alone refuses, before torch is imported
+            check_early(c)  # and what needs no model built, its shape at most (harness/planning/early.py)
         except ConfigError as e:
             _refuse(str(e))
         from harness.frontend.app import _cuda_devices, resume_skips

@@ -170,6 +170,7 @@ class Sweeper(HydraSweeper):
         from harness.frontend.compose import to_config
         from harness.frontend.errors import hydra_problem
         from harness.config import ConfigError, check_values
+        from harness.planning.early import check_early
 
         try:
             cfg = self.composer.load_sweep_config(self.config, list(point))
@@ -184,6 +185,7 @@ class Sweeper(HydraSweeper):
             r = point_resources(cfg)
             c = to_config(cfg, cwd=cfg.hydra.runtime.cwd)
             check_values(c)
+            check_early(c)  # what needs no model built, its shape at most: still before torch
             from harness.planning.plan import make_plan
 
             cuda_devices = cuda()

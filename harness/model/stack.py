@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from harness.config import ModelConfig
+from harness.model.shapes import stack_layers, token_layers
 
 
 class LayerStack:
@@ -26,8 +27,9 @@ class LayerStack:
 
     @property
     def num_layers(self) -> int:
-        """model.layers; a model with more (an embedding, a head) overrides this."""
-        return self.cfg.layers
+        """model.layers; a model with more (an embedding, a head) overrides this. From shapes.py,
+        which the refusals before torch count with (harness/planning/early.py)."""
+        return stack_layers(self.cfg)
 
     def build_layer(self, i: int) -> nn.Module:
         raise NotImplementedError
@@ -68,8 +70,8 @@ class TokenStack(LayerStack):
 
     @property
     def num_layers(self) -> int:
-        """The embedding, model.layers blocks, the head."""
-        return self.cfg.layers + 2
+        """The embedding, model.layers blocks, the head (shapes.py)."""
+        return token_layers(self.cfg)
 
     def kind(self, i: int) -> str:
         return "embed" if i == 0 else "head" if i == self.num_layers - 1 else "block"

@@ -1,6 +1,7 @@
 """Validation that needs more than the schema: the registries (each schedule, model and
 executor says what it accepts) and the built model (its layers, its size). Planning runs it
 (harness/planning/plan.py) before anything else is built; so does the planner, on every candidate.
+What needs no model (and no torch) is in early.py, which the frontend runs before torch is imported.
 
 ConfigError with one line naming the key, the value and what is allowed, before any worker.
 """
@@ -11,20 +12,18 @@ import math
 import os
 
 from harness.runtime import compat
-from harness.config import (MAX_ACTIONS, MAX_LAYERS, MAX_RUN_ACTIONS, MAX_TIMEOUT_S, Config, ConfigError, check_values,
-                            one_of, planned_microbatch_size)
+from harness.config import (MAX_LAYERS, MAX_RUN_ACTIONS, MAX_TIMEOUT_S, Config, ConfigError, check_values,
+                            planned_microbatch_size)
 from harness.planning.devices import memory_bandwidth
+from harness.planning.early import check_stages, check_unbuilt
 from harness.planning.memory_theory import layer_memory
-from harness.model import MODELS
 from harness.model.built import BuiltModel, built_model
 from harness.model.profile_data import ProfileError, load_profile
-from harness.parallel import check_tp
 from harness.parallel.tensor import refusal as tensor_refusal
 from harness.runtime.precision import Precision
 from harness.runtime.faults import parse_fault
 from harness.runtime.registry import EXECUTORS, Executor, entry_point
-from harness.records.safe_io import FileRefused, check
-from harness.schedules.registry import SCHEDULES, chunks_per_rank, requirements
+from harness.schedules.registry import SCHEDULES, chunks_per_rank
 from harness.simulate.pricing import optimizer_bytes_touched
 
 GPU_BYTES_BOUND = 256 * 2**30  # no GPU has more memory than this (an upper bound, not a query)
@@ -41,24 +40,8 @@ def validate(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
     world = c.pp * c.dp * c.tp
     here = min(world, ranks_here or ranks_on_host(world))
     check_values(c)
-    check_tp(c.model, c.tp, c.sequence_parallel)  # pure: what tp cannot split, one line
-    one_of("schedule", c.schedule.name, tuple(SCHEDULES))
-    one_of("model", c.model.name, tuple(MODELS))
-    one_of("executor", c.executor, tuple(EXECUTORS))
-    if c.cluster is not None:
-        memory_bandwidth(c.cluster)  # the device table's or the cluster's own: else refused here, in one line
-    if c.profile:  # a regular file of a profile's size (read, parsed and checked where it is used)
-        try:
-            check(c.profile, "profile", "profile")
-        except FileRefused as e:
-            raise ConfigError(str(e)) from None
+    check_unbuilt(c)  # the config's own rules past the schema: tp, the registries, the schedule (torch-free)
     schedule = SCHEDULES[c.schedule.name]
-    if schedule.check is not None and (problem := schedule.check(c)):
-        raise ConfigError(problem)
-    if schedule.build is not None:
-        if (why := requirements(c.schedule.name, c.pp, c.microbatches, c.virtual_stages)) is not None:
-            raise ConfigError(why)
-        _check_actions(c)
     executor = EXECUTORS[c.executor]
     _check_executor(c, executor, cuda_devices, here)
     _check_faults(c, executor)
@@ -77,45 +60,6 @@ def validate(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
                           f"{MAX_LAYERS:,} (allowed: model.layers <= {MAX_LAYERS:,}; a plan lists every layer)")
     _check_modeled_time(c, executor, model)
     return model
-
-
-def check_stages(c: Config, stages: int, layers: int) -> None:
-    """What depends on the number of stages: each needs a layer; checkpoint segments and an
-    explicit partition must fit them."""
-    if stages > layers:
-        raise ConfigError(f"pp={c.pp}: {stages} stages, more than the model's {layers} layers "
-                          f"(allowed: pp x chunks per rank <= {layers}, or raise model.layers)")
-    smallest = layers // stages
-    if c.checkpointing and c.checkpoint_every > smallest:
-        raise ConfigError(f"checkpoint_every={c.checkpoint_every}: more than the {smallest} layers of the "
-                          f"smallest stage (allowed: 1..{smallest})")
-    if c.partition.name == "explicit":
-        lps = getattr(c.partition, "layers_per_stage", None)
-        if not lps or len(lps) != stages:
-            raise ConfigError(f"partition.layers_per_stage={lps}: partition=explicit needs {stages} entries "
-                              f"(one per stage)")
-        if any(n < 1 for n in lps) or sum(lps) != layers:
-            raise ConfigError(f"partition.layers_per_stage={lps}: entries must be >= 1 and sum to the "
-                              f"model's {layers} layers")
-
-
-def _check_actions(c: Config) -> None:
-    """A schedule too long to build (microbatches=1000000000) is refused before it is built."""
-    chunks = chunks_per_rank(c.schedule.name, c.virtual_stages)
-    actions = c.pp * chunks * c.microbatches * 3
-    if actions > MAX_ACTIONS:
-        # the key at fault: the one whose reduction alone (the others kept, microbatches and
-        # virtual_stages >= 1) brings the count within MAX_ACTIONS, the largest of them; else pp
-        others = {"microbatches": c.pp * chunks, "virtual_stages": c.pp * c.microbatches,
-                  "pp": chunks * c.microbatches}
-        values = {"microbatches": c.microbatches, "virtual_stages": c.virtual_stages, "pp": c.pp}
-        if chunks == 1:
-            del others["virtual_stages"]
-        fixable = [k for k in others if MAX_ACTIONS // (3 * others[k]) >= 1]
-        big = max(fixable, key=lambda k: (values[k], k != "pp")) if fixable else "pp"
-        allowed = max(1, MAX_ACTIONS // (3 * others[big]))
-        raise ConfigError(f"{big}={values[big]}: pp={c.pp} x {chunks} chunks x {c.microbatches} microbatches x 3 = "
-                          f"{actions:,} schedule actions, more than {MAX_ACTIONS:,} (allowed: {big} <= {allowed})")
 
 
 def _check_executor(c: Config, executor: Executor, cuda_devices: int, here: int) -> None:
