@@ -598,6 +598,45 @@ def test_a_refusal_never_imports_torch(tmp_path):
     assert "TORCH False" in p.stderr, p.stderr[-2000:]
 
 
+SHAPE_REFUSALS = {  # refusals that need only the model's shape (harness/planning/early.py)
+    "mlp": (["pp=16", "model=mlp", "model.layers=8"], "pp=16: 16 stages, more than the model's 8 layers"),
+    "gpt": (["pp=16", "model=gpt", "model.layers=8"], "pp=16: 16 stages, more than the model's 10 layers"),
+    "interleaved": (["pp=4", "model.layers=6", "schedule=interleaved_1f1b", "virtual_stages=2", "microbatches=4"],
+                    "pp=4: 8 stages, more than the model's 6 layers"),
+    "explicit": (["pp=2", "partition=explicit", "partition.layers_per_stage=[3,3]"],
+                 "partition.layers_per_stage=[3, 3]: entries must be >= 1 and sum to the model's 8 layers"),
+}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("case", list(SHAPE_REFUSALS))
+def test_a_refusal_from_the_models_shape_never_imports_torch(tmp_path, case):
+    """A refusal that planning makes once the model is built (more stages than layers, an explicit
+    partition that does not add up), where the layer count follows from the config: one line,
+    exit 2, in a fresh interpreter that never imports torch, and nothing written."""
+    from tests.bench.test_bench_cli import run
+
+    args, expected = SHAPE_REFUSALS[case]
+    p = run([*args, "hydra.run.dir=out", "wandb.mode=disabled"], tmp_path)
+    lines = [line for line in p.stderr.splitlines() if not line.startswith("TORCH ")]
+    assert p.returncode == 2 and len(lines) == 1 and p.stdout == "", p.stderr
+    assert lines[0].startswith(f"harness: error: {expected}"), p.stderr
+    assert "TORCH False" in p.stderr, p.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.subprocess
+def test_a_sweep_refused_for_its_models_shape_never_imports_torch(tmp_path):
+    """A sweep whose every point has more stages than layers: listed, exit 2, no torch, nothing written."""
+    from tests.bench.test_bench_cli import run
+
+    p = run(["-m", "pp=9,16", "model.layers=8", "hydra.sweep.dir=sweep", "wandb.mode=disabled"], tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "pp=9: 9 stages, more than the model's 8 layers" in p.stderr, p.stderr
+    assert "TORCH False" in p.stderr, p.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_make_sweeps_job_directory_override_parses(tmp_path, run_harness):
     """The `hydra.sweep.subdir=` make sweep passes its later parts (Makefile SUBDIR), as the
     shell hands it over: Hydra's grammar takes a nested interpolation only when quoted."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from harness.planning.checks import validate
-from harness.config import ConfigError
+from harness.planning.early import check_early
+from harness.planning.plan import make_plan
+from harness.config import ConfigError, check_values
 
-
-@pytest.mark.parametrize("overrides,expected", [
+BAD = [
     ({"pp": 0}, "pp=0: must be an integer >= 1"),
     ({"microbatches": 0}, "microbatches=0: must be an integer >= 1"),
     ({"microbatch_size": -2}, "microbatch_size=-2: must be an integer >= 1"),
@@ -59,12 +60,72 @@ from harness.config import ConfigError
     ({"run.max_processes": 2}, "pp=4 x dp=1: 4 processes on this machine, more than run.max_processes=2"),
     ({"run.fault": "explode@rank0"}, "run.fault=explode@rank0: expected KIND@rankR,stepS"),
     ({"run.fault": "raise@rank7,step0"}, "run.fault=raise@rank7,step0: rank or step outside this run"),
-])
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BAD)
 def test_bad_input_is_one_clear_line(config, overrides, expected):
     with pytest.raises(ConfigError) as err:
         validate(config(**overrides))
     assert expected in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def early(c) -> str | None:
+    """What the frontend says before torch (check_values, then planning/early.py), or None."""
+    try:
+        check_values(c)
+        check_early(c)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("overrides,expected", BAD)
+def test_the_early_check_says_what_planning_says_or_nothing(config, overrides, expected):
+    """Every bad input above: refused before torch with planning's own line, or left to planning."""
+    said = early(config(**overrides))
+    if said is not None:
+        with pytest.raises(ConfigError) as err:
+            make_plan(config(**overrides))
+        assert said == str(err.value)
+
+
+SHAPE_CASES = [  # (overrides) over models and schedules, each refused or not by the stage rule
+    {"model.name": name, "model.layers": layers, "pp": pp, **extra}
+    for name in ("mlp", "gpt", "hf")
+    for layers in (1, 2, 6)
+    for pp, extra in ((2, {}), (4, {}), (8, {}),
+                      (2, {"schedule.name": "interleaved_1f1b", "virtual_stages": 2, "microbatches": 4}),
+                      (2, {"schedule.name": "zbv", "microbatches": 4}),
+                      (4, {"schedule.name": "zb_auto", "microbatches": 4, "executor": "sim"}),
+                      (2, {"partition.name": "explicit", "partition.layers_per_stage": [1, 3]}),
+                      (2, {"partition.name": "explicit", "partition.layers_per_stage": [4, 4]}),
+                      (2, {"checkpointing": True, "checkpoint_every": 2}))
+]
+
+
+@pytest.mark.grid
+def test_the_stage_rule_before_torch_is_plannings(config):
+    """Over models, layer counts, schedules (V and interleaved chunks, zb_auto's stages, which the
+    plan checks), explicit partitions and checkpoint segments: the early check refuses exactly
+    where planning refuses for the stages, with the same line."""
+    refused = 0
+    for overrides in SHAPE_CASES:
+        small = {} if overrides["model.name"] == "mlp" else {"model.hidden": 16, "model.heads": 2, "model.vocab": 32,
+                                                             "model.seq": 8}
+        c = config(**overrides, **small)  # model.name first: the sizes are its keys
+        said = early(c)
+        try:
+            make_plan(c)
+            planned = None
+        except ConfigError as e:
+            planned = str(e)
+        stage_rule = planned is not None and planned.startswith(("pp=", "partition.layers_per_stage=",
+                                                                 "checkpoint_every="))
+        assert said == (planned if stage_rule else None), overrides
+        refused += said is not None
+    assert refused > len(SHAPE_CASES) // 3  # the grid exercises the rule
 
 
 def test_default_config_is_valid(config):

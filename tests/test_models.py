@@ -16,7 +16,7 @@ import torch
 from harness.config import ConfigError, ModelConfig
 from harness.config import model_config as kind_config
 from harness.job import run_job
-from harness.model import MEMBERS, MODELS, Model, ModelError, get_model
+from harness.model import MEMBERS, MODELS, SHAPES, Model, ModelError, get_model, num_layers, register
 from harness.measure.reference import reference_losses
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +115,27 @@ def _factory_file(tmp_path: Path, body: str) -> str:
     path = tmp_path / "user_model.py"
     path.write_text(textwrap.dedent(body))
     return f"{path}:build"
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt", "hf"])
+def test_the_layer_count_from_the_config_is_the_built_models(name):
+    """model.shapes' count, which refusals use before torch (harness/planning/early.py), equals the
+    built model's over a grid of sizes; custom has none (only its factory knows)."""
+    assert name in SHAPES
+    for layers in (1, 2, 3, 8, 31, 2**16):
+        for hidden in (8, 32):
+            cfg = model_config(name, **{"model.layers": layers, "model.hidden": hidden})
+            assert num_layers(cfg) == get_model(cfg).num_layers, (name, layers, hidden)
+
+
+def test_a_model_without_a_shape_is_counted_once_built(monkeypatch):
+    """custom, and a model registered without `layers`, have no count before they are built:
+    None, and the planning checks wait for the built model."""
+    assert num_layers(model_config("custom")) is None
+    monkeypatch.setitem(MODELS, "mine", MODELS["mlp"])
+    monkeypatch.setitem(SHAPES, "mine", SHAPES["mlp"])
+    register("mine", MODELS["mlp"])  # registered again without a shape: the old one is gone
+    assert "mine" not in SHAPES and num_layers(ModelConfig(name="mine")) is None
 
 
 def test_unknown_model_is_one_line():

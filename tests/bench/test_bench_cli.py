@@ -1,5 +1,6 @@
 """Benchmark: what `python -m harness` decides before it imports torch. `--help`, a refusal of a
-bad value (`pp=0`) and one TAB of Hydra's shell completion, each a fresh interpreter as a user
+bad value (`pp=0`), a refusal from the model's shape (`pp=16` on 8 layers: harness/planning/early.py)
+and one TAB of Hydra's shell completion, each a fresh interpreter as a user
 runs it; goal: under 1 second each on 2 cores (it was 4-10 s while the app imported torch before
 reading the config). extra_info: whether torch was imported (it must not be)."""
 
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CASES = {
     "help": (["--help"], 0),
     "refusal": (["pp=0", "hydra.run.dir=."], 2),
+    "shape_refusal": (["pp=16", "model.layers=8", "hydra.run.dir=."], 2),
     "completion": (["-sc", "query=bash"], 0),
 }
 # prints whether torch is loaded once the app is done (an atexit hook runs after main)
