@@ -5,6 +5,7 @@ predictions; predictions against runs on this machine."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shlex
 import subprocess
@@ -448,7 +449,7 @@ def test_memory_limits_are_read_apart_or_comma_separated_and_bad_ones_are_one_li
 
     assert cli.memory_limits(["budget"]) is None
     assert cli.memory_limits(["1,2"]) == cli.memory_limits(["1", "2"]) == (1.0, 2.0)
-    monkeypatch.setattr(cli, "search", lambda *a, **k: pytest.fail("searched"))
+    monkeypatch.setattr("harness.advise.search.search", lambda *a, **k: pytest.fail("searched"))
     monkeypatch.setattr("harness.advise.problem.build_problem", lambda *a, **k: pytest.fail("built"))
     for value, shown in (("0", "0"), ("abc", "abc"), ("inf", "inf"), ("1,-2", "-2"), (",", "(none)")):
         assert advise_main(["cluster=here", "--global-batch", "8", "--memory-limits", value]) == 2
@@ -566,6 +567,21 @@ def test_module_entry_point_runs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness.advise", "cluster=nosuch", "--global-batch", "4"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip().startswith("harness.advise: error: cluster=nosuch")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("flags,expected", [(["--pp", "0"], "--pp 0: pipeline ranks"),
+                                            (["--memory-limits", "x"], "--memory-limits x: allowed: numbers > 0")])
+def test_a_flag_refusal_never_imports_torch(tmp_path, flags, expected):
+    """A bad flag is refused before the search (which imports torch) is: one line, exit 2, torch
+    never imported, nothing written (the default --out is under the current directory)."""
+    probe = ("import atexit, sys; atexit.register(lambda: print('TORCH', 'torch' in sys.modules, file=sys.stderr)); "
+             "from harness.advise.__main__ import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", probe, "cluster=here", "--global-batch", "4", *flags],
+                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and lines[0].startswith(f"harness.advise: error: {expected}"), r.stderr
+    assert lines[1:] == ["TORCH False"] and list(tmp_path.iterdir()) == [], r.stderr
 
 
 def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path, monkeypatch):

@@ -29,12 +29,17 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.frontend.args import OneLineParser
 from harness.config import MAX_ACTIONS, MAX_GPUS, MAX_WORLD, PLACEMENTS
 from harness.records.outputs import out_problem
+from harness.schedules.registry import searchable
 
-from .search import MEMORY_LIMITS_ALLOWED, AdviseError, Prediction, Space, search, searchable
+from .errors import MEMORY_LIMITS_ALLOWED, AdviseError
+
+if TYPE_CHECKING:  # the search imports torch: its flags are refused before it is loaded (main)
+    from .search import Prediction
 
 
 def _bools(v: str) -> tuple[bool, ...]:
@@ -163,15 +168,20 @@ def _utilization(x: Prediction) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from .page import model_title
-    from .problem import build_problem
-    from .report import write
-
     try:
         check_args(args)
         out = args.out or Path("runs/advise") / time.strftime("%Y-%m-%d_%H-%M-%S")
         check_out(out)
         limits = memory_limits(args.memory_limits)
+    except AdviseError as e:  # the flags: said before the search, and torch, are imported
+        print(f"harness.advise: error: {e}", file=sys.stderr)
+        return 2
+    from .page import model_title
+    from .problem import build_problem
+    from .report import write
+    from .search import Space, search
+
+    try:
         problem = build_problem(args.overrides, args.global_batch)
         if problem.global_batch > MAX_GLOBAL_BATCH:  # given as global_batch=N among the keys
             raise AdviseError(f"global_batch={problem.global_batch}: more than {MAX_GLOBAL_BATCH:,} (allowed: "

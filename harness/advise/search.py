@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from harness.advise.errors import MEMORY_LIMITS_ALLOWED, AdviseError  # noqa: F401 - also imported from here
 from harness.planning.checks import check_stages, validate
 from harness.config import DTYPE_BYTES, PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
 from harness.planning.flops import flops_of
@@ -72,10 +73,6 @@ def limit_text(x: float) -> str:
     """A memory limit as the commands print it: the shortest text Python reads back as the same
     float (1, 1.5, 0.375, 1.3333333333333333: L / pp exactly, so the harness reads L)."""
     return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-class AdviseError(ValueError):
-    """An input the advisor cannot plan for; str() is one line naming why (exit 2)."""
 
 
 @dataclass
@@ -277,11 +274,6 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                                 else:
                                     points.append(pt)
     return points, dropped, example
-
-
-MEMORY_LIMITS_ALLOWED = ("allowed: numbers > 0, the memory limit of the schedules that take one (zb_auto's "
-                         "schedule.memory_limit) in units of 1F1B's peak (pp microbatches per rank), e.g. 1 2 or 1,2; "
-                         "or budget: 1 and the largest the memory allows")
 
 
 def holding(p: Problem, c: Config, held: int) -> RankBytes:
