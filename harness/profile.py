@@ -50,28 +50,32 @@ config), per layer "measured", "copied_from", "estimated_from", per microbatch s
 
 from __future__ import annotations
 
-import argparse
+import sys
+
+if __name__ == "__main__":  # python -m harness.profile: --help or a bad flag answered before torch is imported
+    from harness.profile_args import refuse_bad_flags
+
+    refuse_bad_flags(sys.argv[1:], __doc__)
+
 import dataclasses
 import json
 import math
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from harness.frontend.args import OneLineParser
 from harness.runtime import compat
 from harness.frontend.compose import compose_config
-from harness.config import DTYPE_NAMES, MAX_DIM, MAX_WORLD, Config, ConfigError, check_values
+from harness.config import DTYPE_NAMES, Config, ConfigError, check_values
 from harness.model import Model
 from harness.model.built import BuiltModel
 from harness.model.partition import min_max
-from harness.records.outputs import out_problem
+from harness.profile_args import MAX_REPEATS, check_args, parser  # noqa: F401 - MAX_REPEATS also imported from here
 from harness.records.atomic import write_text
 from harness.runtime.precision import Precision
 
@@ -387,33 +391,6 @@ def _error(message: str) -> int:
     return 2
 
 
-MAX_REPEATS = 10_000  # --warmup, --repeats: timed runs of each layer at each size
-
-
-def check_args(args: argparse.Namespace) -> str | None:
-    """What the options alone must be (one line naming the option), before anything is built."""
-    for b in args.microbatch_sizes:
-        if not 1 <= b <= MAX_DIM:
-            return f"--microbatch-sizes {b}: samples per microbatch (allowed: integers 1..{MAX_DIM:,})"
-    if not 1 <= args.repeats <= MAX_REPEATS:
-        return f"--repeats {args.repeats}: timed runs of each layer (allowed: 1..{MAX_REPEATS:,})"
-    if not 0 <= args.warmup <= MAX_REPEATS:
-        return f"--warmup {args.warmup}: untimed runs first (allowed: 0..{MAX_REPEATS:,})"
-    if args.blocks is not None and args.blocks < 1:
-        return f"--blocks {args.blocks}: must be >= 1 (or left out: run every layer)"
-    for n in args.compare:
-        if not 1 <= n <= MAX_WORLD:
-            return f"--compare {n}: a pipeline depth (allowed: 1..{MAX_WORLD:,})"
-    out = args.out
-    if why := out_problem(out, f"--out {out}"):
-        return why
-    if out.is_dir():
-        return f"--out {out}: a directory (allowed: the profile JSON's file path, e.g. {out / 'profile.json'})"
-    if out.exists() and not out.is_file() or out.is_symlink() and not out.exists():
-        return f"--out {out}: exists and is not a regular file (allowed: a new file, or a profile JSON to replace)"
-    return None
-
-
 def check_activations(model: Model, sizes: list[int], precision: Precision, device: torch.device) -> None:
     """Refuse, in one line, a microbatch size whose input and output of a layer alone (the
     tensor between layers, in `dtype`, twice: a layer reads one and writes one) exceed the
@@ -453,21 +430,7 @@ def write_profile(out: Path, prof: dict) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = OneLineParser(prog="python -m harness.profile", description=__doc__,
-                       allowed="python -m harness.profile [key=value ...] [--out FILE] [--microbatch-sizes B ...] "
-                               "[--blocks K] [--estimate KIND ...]; --help lists them",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("overrides", nargs="*", help="config keys, as for python -m harness")
-    ap.add_argument("--out", type=Path, default=Path("profile.json"))
-    ap.add_argument("--microbatch-sizes", type=int, nargs="+", default=[1, 4, 8])
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--blocks", type=int, default=None,
-                    help="run only the first K of each group of identical layers, copy the rest (default: run all)")
-    ap.add_argument("--estimate", nargs="+", default=[], metavar="KIND",
-                    help="layer kinds not run: their times scaled by FLOPs from a measured block (e.g. head)")
-    ap.add_argument("--compare", type=int, nargs="*", default=[2, 4, 8], help="pipeline depths to compare")
-    args = ap.parse_args(argv)
+    args = parser(__doc__).parse_args(argv)
     if why := check_args(args):
         return _error(why)
     try:

@@ -386,6 +386,24 @@ def test_advise_arguments_are_one_line(tmp_path, monkeypatch, capsys, args, said
     assert not list(tmp_path.iterdir())  # nothing written (runs/advise/<time> included)
 
 
+@pytest.mark.subprocess
+def test_a_profile_flag_refusal_never_imports_torch(tmp_path):
+    """`python -m harness.profile --repeats 0` as a user runs it: one line, exit 2, torch never
+    imported (harness/profile_args.py answers before harness/profile.py's import of it), nothing written."""
+    import subprocess
+    import sys
+
+    probe = ("import atexit, runpy, sys; atexit.register(lambda: print('TORCH', 'torch' in sys.modules, "
+             "file=sys.stderr)); sys.argv = ['harness.profile'] + sys.argv[1:]; "
+             "runpy.run_module('harness.profile', run_name='__main__', alter_sys=True)")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", probe, "--repeats", "0"], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "harness.profile: error: --repeats 0: timed runs of each layer (allowed: 1..10,000)", "TORCH False"], r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_profile_arguments_are_one_line_and_write_nothing(tmp_path, capsys):
     from harness.profile import main
 
