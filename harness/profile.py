@@ -53,7 +53,7 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":  # python -m harness.profile: --help or a bad flag answered before torch is imported
-    from harness.profile_args import refuse_bad_flags
+    from harness.frontend.profile_args import refuse_bad_flags
 
     refuse_bad_flags(sys.argv[1:], __doc__)
 
@@ -75,7 +75,7 @@ from harness.config import DTYPE_NAMES, Config, ConfigError, check_values
 from harness.model import Model
 from harness.model.built import BuiltModel
 from harness.model.partition import min_max
-from harness.profile_args import MAX_REPEATS, check_args, parser  # noqa: F401 - MAX_REPEATS also imported from here
+from harness.frontend.profile_args import MAX_REPEATS, check_args, parser  # noqa: F401 - MAX_REPEATS: also here
 from harness.records.atomic import write_text
 from harness.runtime.precision import Precision
 

@@ -389,7 +389,7 @@ def test_advise_arguments_are_one_line(tmp_path, monkeypatch, capsys, args, said
 @pytest.mark.subprocess
 def test_a_profile_flag_refusal_never_imports_torch(tmp_path):
     """`python -m harness.profile --repeats 0` as a user runs it: one line, exit 2, torch never
-    imported (harness/profile_args.py answers before harness/profile.py's import of it), nothing written."""
+    imported (harness/frontend/profile_args.py answers before harness/profile.py's import of it), nothing written."""
     import subprocess
     import sys
 
