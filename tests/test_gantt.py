@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.records.gantt import COLORS, gantt_figure, plot_gantt
-from harness.records.record import write_atomic, write_json_atomic
+from harness.records.atomic import write_atomic, write_json_atomic
 from harness.measure.trace_json import read_trace, write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel

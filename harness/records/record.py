@@ -13,8 +13,6 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# the one home of atomic writing is harness/records/atomic.py; write_json_atomic is also importable from here
-from harness.records.atomic import write_atomic, write_json_atomic  # noqa: F401
 from harness.records.result import Env
 
 if TYPE_CHECKING:
