@@ -6,7 +6,10 @@ on a timed pytest-benchmark run.
    absolute figure the documentation states a goal for (us per action, points a minute). A goal
    not met fails, unless the documentation says it is still open (`open`): then it is listed,
    and when met the line says so.
-2. The baseline: medians against `benchmarks/baseline.json` (fail: 25% slower), only when the
+2. The stated figures (STATED): a measured figure the README states, with the range it states
+   for it (the README's table "Figures make bench holds to their range"); one outside its range
+   fails: the README has drifted from what the code does, or the code from what it says.
+3. The baseline: medians against `benchmarks/baseline.json` (fail: 25% slower), only when the
    baseline was saved on this machine: its fingerprint (CPU model, cores, a hash of the host
    name, torch's version; stored in machine_info by tests/conftest.py) must equal this run's.
    Otherwise one line, "baseline from another machine: not compared", says what differs:
@@ -55,6 +58,27 @@ GOALS = (
     Goal("test_tracing_overhead", "traced_over_untraced", "<", 1.02),
     Goal("test_forkserver_against_spawn_per_job", "forkserver_job_s", "<", 0.5),
     Goal("test_sweep_marginal_job_wall_time", "marginal_job_s", "<", 0.25),
+)
+
+
+@dataclass(frozen=True)
+class Stated:
+    benchmark: str  # as Goal.benchmark
+    figure: str  # a key of its extra_info
+    value: float  # the figure the documentation states
+    within: float  # its stated range: measured / value - 1 within +-within
+    text: str  # the words that state it, in README.md or benchmarks/README.md (tests/test_bench_judge.py)
+
+    def row(self) -> str:
+        """Its row in README.md's table."""
+        return f"| {self.text} | `{self.benchmark}` {self.figure} | {self.value:g} | +-{self.within:.0%} |"
+
+
+# README.md's table "Figures make bench holds to their range" lists these, each with its text
+STATED = (
+    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.19, 0.6, "0.19 s a job in a pp=4 sweep"),
+    Stated("test_generate_p32_m256", "seconds", 1.5, 0.6, "At pp=32, M=256 generation takes ~1.5 s"),
+    Stated("test_a_simulated_job_per_action", "wall_us_per_action", 13.0, 0.6, "12-13 us per action"),
 )
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
@@ -105,6 +129,27 @@ def judge_goals(run: dict) -> tuple[list[str], list[str]]:
     return lines, failures
 
 
+def judge_stated(run: dict) -> tuple[list[str], list[str]]:
+    """(lines, failures) for every stated figure whose benchmark is in `run`."""
+    lines, failures = [], []
+    for st in STATED:
+        for b in run.get("benchmarks", []):
+            if not _matches(Goal(st.benchmark, st.figure, "<", 0.0), b["name"]):
+                continue
+            value = b.get("extra_info", {}).get(st.figure)
+            what = f"{b['name']} {st.figure} stated {st.value:g} +-{st.within:.0%}"
+            if not isinstance(value, (int, float)):
+                lines.append(f"  {what}: no figure")
+                failures.append(f"{what}: no figure")
+                continue
+            drift = value / st.value - 1.0
+            inside = abs(drift) <= st.within
+            lines.append(f"  {what}: {value:.4g} ({drift:+.0%})" + ("" if inside else " DRIFTED"))
+            if not inside:
+                failures.append(f"{what}: {value:.4g} ({drift:+.0%}): the README's figure no longer holds")
+    return lines, failures
+
+
 def differs(run: dict | None, baseline: dict | None) -> str | None:
     """Why two fingerprints are not one machine's, or None when they are."""
     if not run or not baseline:
@@ -148,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lines, failures = judge_goals(run)
     print("goals:", *lines, sep="\n")
+    stated, drifted = judge_stated(run)
+    print("figures the README states:", *stated, sep="\n")
+    failures += drifted
     if baseline is None:
         print(f"no baseline at {args.baseline}: not compared")
     else:

@@ -70,3 +70,16 @@ def test_plain_pytest_runs_no_benchmark_unless_asked(monkeypatch):
     assert not bench_asked(config(args=(str(Path(__file__)),)))
     monkeypatch.setenv("HARNESS_BENCH", "1")
     assert bench_asked(config())
+
+
+def test_a_stated_figure_outside_its_range_fails_and_the_readme_states_each():
+    inside = run(bench("test_generate_p32_m256", 1.0, seconds=1.8))
+    outside = run(bench("test_generate_p32_m256", 1.0, seconds=3.0))
+    assert judge.judge_stated(inside)[1] == []
+    assert judge.judge_stated(outside)[1] == [
+        "test_generate_p32_m256 seconds stated 1.5 +-60%: 3 (+100%): the README's figure no longer holds"]
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    prose = readme + (Path(__file__).parents[1] / "benchmarks" / "README.md").read_text()
+    for st in judge.STATED:
+        assert st.row() in readme, st
+        assert prose.count(st.text) >= 2, st  # the table's row and the sentence that states it
