@@ -218,9 +218,11 @@ class Flops:
 
 @dataclass
 class Intervals:
-    """95% confidence intervals of a job's figures over its measured steps (harness/measure/intervals.py:
-    a bootstrap of the median); one step, or a simulation's identical steps, give a point."""
-    level: float
+    """Intervals of a job's figures over its measured steps (harness/measure/intervals.py: order
+    statistics of the median, whose coverage `level` the number of steps sets: 5 give 93.8%, 6 or
+    more at least 95%; records before them: a bootstrap of the median, nominal 95%); one step, or
+    a simulation's identical steps, give a point."""
+    level: float  # the interval's coverage of the median
     method: str
     steps: int  # the samples
     step_time_s: list[float]  # [lo, hi]
