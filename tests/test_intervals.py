@@ -109,3 +109,19 @@ def test_the_table_says_not_distinguishable_at_3_steps_and_tells_5_apart():
     rows = _rows([_run(0, "gpipe", [0.2] * 3), _run(1, "gpipe", [0.21] * 3), _run(2, "1f1b", [0.1] * 3),
                   _run(3, "1f1b", [0.11] * 3)])
     assert "n=2 repeats" in rows["gpipe"][3] and rows["gpipe"][6].startswith("not distinguishable from 1f1b (n=2 vs 2 repeats")
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_a_real_pair_of_identical_emulated_runs_on_3_steps_is_not_told_apart(tmp_path, config):
+    from harness.job import run_job
+
+    runs = []
+    for name in ("a", "b"):
+        c = config(pp=2, microbatches=4, steps=3, compute="emulated", **{"cost.fwd_ms_per_layer": 2.0})
+        result = run_job(c, tmp_path / name, "test", name)
+        assert result.status == "ok", result.error
+        runs.append(result.metrics)
+    test = compare(runs[0].step_times_s, runs[1].step_times_s)
+    assert not test.distinguishable and test.n_a == test.n_b == 3, test
+    assert runs[0].intervals.method == ORDER_STATISTICS and runs[0].intervals.level == 0.75

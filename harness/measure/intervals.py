@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -71,6 +71,13 @@ def describe(method: str, level: float, n: int, unit: str = "steps") -> str:
     if method == BOOTSTRAP:  # an older record's: the bootstrap's nominal level, which few samples miss
         return f"nominal {level:.0%} interval, {method} (under-covers at few), n={n} {unit}"
     return f"{level:.1%} interval, {method}, n={n} {unit}" if n > 1 else f"a single value, no interval (n=1 {unit[:-1]})"
+
+
+def steps_note(intervals: Iterable[tuple[str, float, int] | None]) -> str:
+    """A figure's error bars in words, from its runs' (method, level, steps): '93.8% interval,
+    order statistics of the median, n=5 steps' (or each such, ';'-joined, where runs differ)."""
+    said = sorted({describe(*i) for i in intervals if i is not None})
+    return "; ".join(said) if said else "no intervals recorded (older records: the interquartile range)"
 
 
 def tag(level: float, n: int) -> str:

@@ -13,7 +13,7 @@ from statistics import median
 
 from harness.config import RUN_SECTIONS
 from harness.measure.host_load import BUSY_CORES
-from harness.measure.intervals import ORDER_STATISTICS, compare, describe, median_interval
+from harness.measure.intervals import ORDER_STATISTICS, compare, describe, median_interval, steps_note
 from harness.records.result import HostLoad
 from harness.report.doc import Block, Heading, Items, Table, Text
 from harness.report.runs import Run, ok, run_ids, schedule_label
@@ -66,6 +66,12 @@ def figures(runs: list[Run]) -> Figures:
     return Figures(runs, "steps", list(m.step_times_s), m.step_time_s,
                    f"{_span(*ci.step_time_s, 1e3, '.4g')} ({describe(ci.method, ci.level, ci.steps)})",
                    m.bubble.measured, _span(*ci.bubble, 1, ".3f"))
+
+
+def bars_note(runs: list[Run]) -> str:
+    """What the runs' error bars over their steps are, in words, for a figure's caption."""
+    return steps_note((ci.method, ci.level, ci.steps) if (ci := r.metrics.intervals) is not None else None
+                      for r in runs if r.metrics is not None)
 
 
 def verdict(f: Figures, fastest: Figures, fastest_name: str) -> str:
