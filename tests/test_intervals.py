@@ -13,8 +13,8 @@ from math import comb
 
 import pytest
 
-from harness.measure.intervals import (ORDER_STATISTICS, compare, describe, interval, median_coverage,
-                                       median_interval, overlap)
+from harness.measure.intervals import (BOOTSTRAP, ORDER_STATISTICS, SIMULATED, compare, describe, interval, median_coverage,
+                                       median_interval, overlap, tag)
 from harness.records.result import HostLoad, Intervals
 from harness.report.doc import Table
 from harness.report.noise import noise_section
@@ -125,3 +125,9 @@ def test_a_real_pair_of_identical_emulated_runs_on_3_steps_is_not_told_apart(tmp
     test = compare(runs[0].step_times_s, runs[1].step_times_s)
     assert not test.distinguishable and test.n_a == test.n_b == 3, test
     assert runs[0].intervals.method == ORDER_STATISTICS and runs[0].intervals.level == 0.75
+
+
+def test_the_short_tags_say_nominal_and_simulated():
+    assert tag(ORDER_STATISTICS, 0.9375, 5) == "93.8%, n=5"
+    assert tag(BOOTSTRAP, 0.95, 3) == "nominal 95.0%, n=3" and "under-covers" in describe(BOOTSTRAP, 0.95, 3)
+    assert tag(SIMULATED, 1.0, 5) == "simulated" and describe(SIMULATED, 1.0, 5).endswith("a point, n=5 steps")

@@ -33,6 +33,7 @@ RESAMPLES = 2000
 EXACT_SPLITS = 20_000  # splits enumerated by `compare` (10 vs 10 steps is 184,756: sampled instead)
 ORDER_STATISTICS = "order statistics of the median"  # `median_interval`'s method, as records name it
 BOOTSTRAP = "bootstrap of the median over the measured steps"  # records before order statistics
+SIMULATED = "simulated: every step alike"  # executor=sim's: no noise, a point
 
 
 def interval(values: Sequence[float], stat: Callable[[Sequence[float]], float] = statistics.median,
@@ -68,6 +69,8 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
 
 def describe(method: str, level: float, n: int, unit: str = "steps") -> str:
     """'93.8% interval, order statistics of the median, n=5 steps': what an interval rests on."""
+    if method == SIMULATED:
+        return f"{method}: a point, n={n} {unit}"
     if method == BOOTSTRAP:  # an older record's: the bootstrap's nominal level, which few samples miss
         return f"nominal {level:.0%} interval, {method} (under-covers at few), n={n} {unit}"
     return f"{level:.1%} interval, {method}, n={n} {unit}" if n > 1 else f"a single value, no interval (n=1 {unit[:-1]})"
@@ -80,9 +83,12 @@ def steps_note(intervals: Iterable[tuple[str, float, int] | None]) -> str:
     return "; ".join(said) if said else "no intervals recorded (older records: the interquartile range)"
 
 
-def tag(level: float, n: int) -> str:
-    """The short form beside a figure in a table: '93.8%, n=5'."""
-    return f"{level:.1%}, n={n}"
+def tag(method: str, level: float, n: int) -> str:
+    """The short form beside a figure in a table: '93.8%, n=5' ('nominal 95%, n=5' for an older
+    record's bootstrap, 'simulated' where every step is alike)."""
+    if method == SIMULATED:
+        return "simulated"
+    return f"{'nominal ' if method == BOOTSTRAP else ''}{level:.1%}, n={n}"
 
 
 @dataclass(frozen=True)

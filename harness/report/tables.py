@@ -98,7 +98,7 @@ def _interval(run: Run, r: dict) -> str:
     section "Told apart, or not" says the method."""
     ci = run.result.metrics.intervals if run.result.metrics is not None else None
     span = _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3)
-    return f"{span} ({tag(ci.level, ci.steps)})" if span and ci is not None else span
+    return f"{span} ({tag(ci.method, ci.level, ci.steps)})" if span and ci is not None else span
 
 
 def _span(lo: float | None, hi: float | None, k: float) -> str:
