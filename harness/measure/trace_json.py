@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 # trace.json holds at most this many events (complete + counter): ~165 bytes each, so ~33 MB,
 # which Perfetto opens in seconds. A step of interleaved 1F1B at pp=32, M=512 is 65,536
 # events (3 of its 6 steps are kept); uncapped, a long or deep run is a file no viewer opens.
-# What is drawn from the kept events comes on top: a step slice per rank and step (B and E,
-# or one X) and a flow per message between ranks (s and f: at most 2 per compute action).
+# What is drawn from the kept events comes on top: a step slice per rank and step (an X) and a
+# flow per message between ranks (s and f: at most 2 per compute action).
 MAX_TRACE_EVENTS = 200_000
 
 # (rank, step, s, bytes) as write_trace_json takes the activation meter's samples
