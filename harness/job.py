@@ -14,6 +14,7 @@ from harness.config import Config, ConfigError
 from harness.records.disk_full import DISK_FULL, disk_full, disk_full_error
 from harness.records.gantt import plot_gantt
 from harness.simulate.gc_pause import paused
+from harness.measure import host_load
 from harness.measure.metrics import compute_metrics, grad_check, over_budget, verdict
 from harness.planning.plan import Plan, make_plan
 from harness.runtime.precision import Precision
@@ -139,9 +140,12 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
                 _write_within_space(out_dir, result)
                 return result
             with ExitStack() as later:  # the workers' exit overlaps the measuring
+                before = None if plan.simulated else host_load.sample()  # what else used the host meanwhile
                 run = execute(plan, pids, out_dir, later, pool)
                 if run is None:
                     return result  # a torchrun/submitit rank other than 0: rank 0 records the job
+                if result.env is not None:
+                    result.env.host_load = host_load.host_load(before, None if before is None else host_load.sample())
                 result.metrics = measure(plan, run, result.env.device_name)
                 result.status, result.error = verdict(plan.config, result.metrics)
                 result.wall_s = time.time() - started

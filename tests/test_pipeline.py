@@ -9,6 +9,7 @@ import pytest
 from harness.job import run_job
 from harness.measure.reference import reference_losses
 from tests.jitter import bubble_allowance, oversleep
+from tests.test_trace_json import check_trace
 
 pytestmark = pytest.mark.dist
 
@@ -28,6 +29,10 @@ def test_losses_equal_single_process_reference(tmp_path, config, schedule, pp):
     assert on_disk["metrics"]["losses"] == got
     for name in ("trace.json", "gantt.png"):
         assert (tmp_path / name).stat().st_size > 0
+    # a real run's trace: whole-ns timestamps, no two slices of a track overlapping, every flow
+    # forward in time (tests/test_trace_json.py check_trace), one per message between ranks
+    found = check_trace(json.loads((tmp_path / "trace.json").read_text()))
+    assert len(found["flows"]) == 2 * (pp - 1) * c.microbatches * (c.warmup_steps + c.steps)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

@@ -79,7 +79,7 @@ def test_repeats_are_interleaved_and_the_report_says_what_is_within_the_noise(tm
     r = report(str(sweep), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "out" / "rep" / "index.md").read_text()
-    assert "## Within the noise" in md and "| 2 repeats |" in md and "fastest" in md
+    assert "## Told apart, or not" in md and "n=2 repeats" in md and "fastest" in md
 
 
 @pytest.mark.parametrize("args,said", [

@@ -21,11 +21,11 @@ from types import SimpleNamespace
 import pytest
 
 from harness.measure.execution import RankReport
-from harness.measure.trace_json import STEP_PAD_US, messages, peaks_per_step, read_trace, read_trace_meta, wall_clock_origin, write_trace_json
+from harness.measure.trace_json import _flow_times, messages, peaks_per_step, read_trace, read_trace_meta, wall_clock_origin, write_trace_json
 from harness.schedules.registry import build
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import simulate
-from harness.measure.trace import COMM, COMPUTE, WAIT, Event
+from harness.measure.trace import COMPUTE, Event
 
 METADATA = {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
 PHASES = set("BEXiIC") | set("bne") | set("stf") | set("PONDM") | {"R"}
@@ -38,6 +38,11 @@ def _number(v) -> bool:
 def _ns(us: float) -> int:
     """A timestamp in us as Perfetto's importer takes it: whole ns, rounded."""
     return int(us) * 1000 if us == int(us) else round(us * 1000)
+
+
+def _whole_ns(us: float) -> bool:
+    """Written as a whole number of ns (three decimals of us): no reader rounds it anywhere else."""
+    return abs(us * 1000 - round(us * 1000)) <= 1e-3  # float's error at 1e12 ns: 1e-4 ns
 
 
 def check_trace(data: dict) -> dict:
@@ -67,6 +72,7 @@ def check_trace(data: dict) -> dict:
         for k in ("ts", "pid", "tid"):
             assert k in e, f"{where}: no {k}"
         assert _number(e["ts"]) and e["ts"] >= 0, f"{where}: ts a finite number >= 0 (Perfetto drops ts < 0)"
+        assert _whole_ns(e["ts"]) and (ph != "X" or _whole_ns(e.get("dur", 0))), f"{where}: not whole ns"
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and e["pid"] >= 0 and e["tid"] >= 0, where
         track = (e["pid"], e["tid"])
         if ph in ("X", "B", "s", "f", "C", "i", "I"):
@@ -121,6 +127,7 @@ def check_trace(data: dict) -> dict:
         assert set(pair) == {"s", "f"}, f"flow {fid}: {sorted(pair)} (an s and an f per id)"
         s, f = pair["s"], pair["f"]
         assert (s["cat"], s["name"]) == (f["cat"], f["name"]), f"flow {fid}: cat and name differ"
+        assert _ns(f["ts"]) >= _ns(s["ts"]), f"flow {fid}: points backwards in time ({s['ts']} -> {f['ts']} us)"
 
         def enclosing(e: dict):
             t = _ns(e["ts"])
@@ -156,27 +163,34 @@ def check_trace(data: dict) -> dict:
 
 
 def _with_comm(steps: int = 2, pp: int = 2, m: int = 4, dp: int = 1, send_grads: bool = False) -> list[Event]:
-    """1F1B as the native executor traces it: a recv wait before each action with an input from
-    another rank, a send after each F (after each B too with send_grads; else the gradient's
-    flow starts at the B itself), dp replicas of the same pipeline, steps apart."""
-    one = simulate(build("1f1b", pp, m), CostModel.uniform(pp))
+    """1F1B as the native executor traces it (the simulator with send and receive costs: one
+    thing at a time on a rank): a recv wait before each action with an input from another rank,
+    a send after each F (after each B too with send_grads; else the gradient's flow starts at the
+    B itself), dp replicas of the same pipeline, steps apart."""
+    one = [e for e in simulate(build("1f1b", pp, m), replace(CostModel.uniform(pp), send_s=0.05, recv_s=0.02))
+           if send_grads or not (e.kind == "send" and "B" in e.name)]
     span = max(e.end for e in one) + 0.01
     out = []
     for s in range(steps):
         for d in range(dp):
             o = s * span + d * 1e-4
-            for e in one:
-                r = d * pp + e.rank
-                out.append(Event(r, s, e.name, e.cat, e.kind, e.stage, e.microbatch, e.start + o, e.end + o))
-                if (e.kind == "F" and e.stage > 0) or (e.kind == "B" and e.stage < pp - 1):
-                    out.append(Event(r, s, f"recv {e.name}", WAIT, "recv", e.stage, e.microbatch,
-                                     e.start + o - 0.001, e.start + o))
-                if (e.kind == "F" and e.stage < pp - 1) or (send_grads and e.kind == "B" and e.stage > 0):
-                    out.append(Event(r, s, f"send {e.name}", COMM, "send", e.stage, e.microbatch,
-                                     e.end + o, e.end + o + 0.0005))
+            out += [Event(d * pp + e.rank, s, e.name, e.cat, e.kind, e.stage, e.microbatch, e.start + o, e.end + o)
+                    for e in one]
             end = max(e.end for e in one) + o
             for r in range(d * pp, (d + 1) * pp):
                 out.append(Event(r, s, "optim", COMPUTE, "optim", -1, -1, end, end + 0.002))
+    return out
+
+
+def _action_spans(found: dict) -> dict:
+    """(pid, tid, step) -> (first start, last end) in ns of its actions (step slices left out)."""
+    out: dict = {}
+    for track, ss in found["slices"].items():
+        for b, e, _, ev in ss:
+            if ev.get("cat") != "step":
+                key = (*track, ev["args"]["step"])
+                lo, hi = out.get(key, (b, e))
+                out[key] = (min(lo, b), max(hi, e))
     return out
 
 
@@ -206,10 +220,9 @@ def test_flows_link_each_send_to_its_consumer_and_step_slices_enclose_each_rank_
             assert f_ev["args"]["kind"] == "B" and s_ev["name"] == f"{f_ev['args']['stage'] + 1}B{mb}"
             assert found["flows"][fid][0]["name"] == f"gradient {f_ev['args']['stage'] + 1}B{mb}"
     assert sorted(found["steps"]) == sorted({(r // pp, r, s) for r in range(pp * dp) for s in range(steps)})
-    # the trace's first event is at 0: its step slice is an X from 0 (nothing before 0), the others B/E
-    firsts = [e for e in data["traceEvents"] if e.get("cat") == "step" and e["ph"] in "XB"]
-    assert [(e["ph"], e["tid"], e["args"]["step"]) for e in firsts if e["ph"] == "X"] == [("X", 0, 0)]
-    assert all(e["ts"] >= STEP_PAD_US for e in firsts if e["ph"] == "B")
+    # step slices span their events exactly, in whole ns
+    assert all(e["ph"] == "X" for e in data["traceEvents"] if e.get("cat") == "step")
+    assert all(found["steps"][k] == (lo, hi) for k, (lo, hi) in _action_spans(found).items())
     # the actions read back as before: step slices and flows are not events of the run
     back = read_trace(tmp_path / "trace.json")
     assert [(e.rank, e.step, e.name) for e in back] == [(e.rank, e.step, e.name) for e in trace]
@@ -322,3 +335,26 @@ def test_the_schema_check_catches_what_a_viewer_would_refuse():
     dup["traceEvents"].append(dict(ok["traceEvents"][3]))
     with pytest.raises(AssertionError, match="unique per pair"):
         check_trace(dup)
+
+
+def test_whole_ns_so_touching_slices_never_overlap_and_flows_never_point_back(tmp_path):
+    # a start and a length each rounded up to whole ns end past the next start, rounded down
+    # (ts + dur written apart did that: 0.6 + 0.6 ns read as 1 + 1); rounded once, they touch
+    tiny = Event(0, 0, "0W0", COMPUTE, "W", 0, 0, 1e-3 + 0.6e-9, 1e-3 + 1.2e-9)
+    after = Event(0, 0, "0W1", COMPUTE, "W", 0, 1, tiny.end, 0.05)
+    check_trace(_write(tmp_path, [tiny, after], pp=1)[1])
+    a = Event(0, 0, "0F0", COMPUTE, "F", 0, 0, 0.1, 0.1 + 0.2)
+    b = Event(0, 0, "0F1", COMPUTE, "F", 0, 1, 0.3, 0.4)
+    send = Event(0, 0, "send 0F0", "comm", "send", 0, 0, 0.1 + 0.2, 0.3 + 1e-7)
+    # the consumer began before the send ended (its receive was posted first): the arrow lands in
+    # it at the send's end, not before
+    early = Event(1, 0, "1F0", COMPUTE, "F", 1, 0, 0.3, 0.5)
+    found = check_trace(_write(tmp_path, [a, send, b, early], pp=2)[1])
+    (s, f), = found["flows"].values()
+    assert s["ts"] == f["ts"] == 300000.099  # 1 ns before the send's end, inside both
+    assert found["bound"][1][0][2] == "send 0F0" and found["bound"][1][1][2] == "1F0"
+    # a consumer that ended while the send was on: from the send at that moment; one that
+    # ended before it began (clocks further apart than their estimate): no arrow
+    assert _flow_times(send, replace(early, start=0.2, end=0.3 + 5e-8)) == (300000049, 300000049)
+    assert _flow_times(send, replace(early, start=0.1, end=0.2)) is None
+    assert _flow_times(a, replace(early, start=0.35)) == (299999999, 350000001)

@@ -18,7 +18,7 @@ from harness.measure.execution import Execution, clock_record
 from harness.planning.flops import flops_of
 from harness.config import Config
 from harness.planning.plan import Plan
-from harness.measure.intervals import LEVEL, interval
+from harness.measure.intervals import ORDER_STATISTICS, SIMULATED, median_interval
 from harness.records.result import Attribution, Bubble, Budget, GradCheck, Intervals, Memory, Metrics
 from harness.schedules.ir import Kind
 from harness.schedules.registry import spec
@@ -289,11 +289,12 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     samples = c.microbatches * c.microbatch_size * c.dp
     bubble, hop = _bubble(plan, run, steps, repeats, costs, measured_trace)
     seq = getattr(c.model, "seq", None)
-    t_lo, t_hi = interval(times)
+    t_lo, t_hi, coverage = median_interval(times)
+    simulated = repeats > 1 or plan.simulated  # every step alike: the interval is a point, held exactly
     intervals = Intervals(
-        level=LEVEL, method="simulated: every step alike" if repeats > 1 or plan.simulated else
-        "bootstrap of the median over the measured steps", steps=len(times), step_time_s=[t_lo, t_hi],
-        bubble=list(interval(bubble.measured_per_step)), throughput_samples_s=[samples / t_hi, samples / t_lo])
+        level=1.0 if simulated else coverage, method=SIMULATED if simulated else ORDER_STATISTICS,
+        steps=len(times), step_time_s=[t_lo, t_hi],
+        bubble=list(median_interval(bubble.measured_per_step)[:2]), throughput_samples_s=[samples / t_hi, samples / t_lo])
     return Metrics(
         intervals=intervals,
         step_time_s=st,

@@ -7,7 +7,6 @@ action (`_actions`) and per memory sample (`_samples`), a slice per rank and ste
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -26,13 +25,9 @@ if TYPE_CHECKING:
 # trace.json holds at most this many events (complete + counter): ~165 bytes each, so ~33 MB,
 # which Perfetto opens in seconds. A step of interleaved 1F1B at pp=32, M=512 is 65,536
 # events (3 of its 6 steps are kept); uncapped, a long or deep run is a file no viewer opens.
-# What is drawn from the kept events comes on top: a step slice per rank and step (B and E,
-# or one X) and a flow per message between ranks (s and f: at most 2 per compute action).
+# What is drawn from the kept events comes on top: a step slice per rank and step (an X) and a
+# flow per message between ranks (s and f: at most 2 per compute action).
 MAX_TRACE_EVENTS = 200_000
-
-# a step slice's begin and end are this far (us) outside the rank's first and last event of
-# the step, so that it encloses them strictly once a viewer rounds timestamps to whole ns
-STEP_PAD_US = 0.001
 
 # (rank, step, s, bytes) as write_trace_json takes the activation meter's samples
 MemorySample = tuple[int, int, float, int]
@@ -151,12 +146,14 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     """Chrome trace-event JSON (Perfetto, chrome://tracing): one process per dp replica, one
     track per rank in it, one complete event (ph X) per action, and a counter track (ph C) per
     rank of activation bytes held (memory: (rank, step, s, bytes)). Global rank = replica * pp +
-    pipeline rank. On each rank's track, a slice per step (`step N`, cat `step`) encloses the
-    rank's events of that step, STEP_PAD_US outside them: a B and E pair, or, where it would
-    begin before ts 0 (Perfetto drops such an event: the trace's first event is at 0), an X
-    from 0 (at one start, a viewer puts the longer X outside). A flow (ph s and f, one id each,
-    at the middle of the slices it binds to) draws each message between ranks (`messages`: from
-    the producer's send, or the producing action, to the consuming action).
+    pipeline rank. Every timestamp is a whole nanosecond (`_us`: written as microseconds with
+    exactly three decimals), each event's start and end rounded once, so slices that follow each
+    other on a track touch at most, never overlap. On each rank's track, a slice per step
+    (`step N`, cat `step`, an X written before the actions) spans the rank's events of that step
+    exactly (at one start, a viewer puts the longer X, or the earlier of equal ones, outside). A
+    flow (ph s and f, one id each) draws each message between ranks (`messages`, `_flow_times`:
+    from the end of the producer's send, or of the producing action, to the start of the
+    consuming action; never backwards in time).
 
     `otherData` (and the clock's three in `metadata`, which Perfetto shows): `trace_cap`
     (below), `ts_origin_wall_clock` and `step0_wall_clock` (ISO 8601,
@@ -181,7 +178,8 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     clock = _clock(trace, origin_wall_s, written_s)
     peaks = peaks_per_step(memory)
     trace, memory, cap = _capped(trace, memory, max_events)
-    flows = [m for m in messages(trace, pp) if _finite(m[0].start, m[0].end, m[1].start, m[1].end)]
+    flows = [(src, dst, what, at) for src, dst, what in messages(trace, pp)
+             if _finite(src.start, src.end, dst.start, dst.end) and (at := _flow_times(src, dst)) is not None]
     nranks = max(ranks) + 1 if ranks else 0
     other = {"trace_cap": cap, **clock, "flows": len(flows), "peak_activation_bytes_per_step": {
         str(s): [by_rank.get(r) for r in range(nranks)] for s, by_rank in sorted(peaks.items())}}
@@ -192,24 +190,23 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     n = 20_000  # events formatted and written at a time: no second copy of the whole file in memory
     chunks = [(_actions, trace[i:i + n]) for i in range(0, len(trace), n)] + [
         (_samples, memory[i:i + n]) for i in range(0, len(memory), n)]
-    drawn = (_step_slices(_step_spans(trace), pp), _flow_lines(flows, pp))
 
     def write(out: IO) -> None:
         out.write(head)
         sep = ""
-        for line in _track_names(ranks, pp):
-            out.write(sep + line)
-            sep = ",\n"
-        for fmt, items in chunks:
-            text = ",\n".join(fmt(items, pp, True))
-            if ("nan" in text or "inf" in text) and _NON_FINITE.search(text):
-                text = ",\n".join(fmt(items, pp, False))  # the non-finite as null
-            out.write(sep + text)
-            sep = ",\n"
-        for lines in drawn:
-            for i in range(0, len(lines), n):
-                out.write(sep + ",\n".join(lines[i:i + n]))
+        # step slices before the actions: of an action and its step slice of one start and length
+        # (a rank's only event in a step), a viewer puts the first in the file outside
+        for lines in (_track_names(ranks, pp), _step_slices(_step_spans(trace), pp)):
+            for line in lines:
+                out.write(sep + line)
                 sep = ",\n"
+        for fmt, items in chunks:
+            out.write(sep + ",\n".join(fmt(items, pp)))
+            sep = ",\n"
+        lines = _flow_lines(flows, pp)
+        for i in range(0, len(lines), n):
+            out.write(sep + ",\n".join(lines[i:i + n]))
+            sep = ",\n"
         out.write("\n]}\n")
 
     write_atomic(path, write)
@@ -251,14 +248,27 @@ def _step_spans(trace: Trace) -> dict[tuple[int, int], list[float]]:
 
 
 # One event a line, formatted here rather than built as dicts for json.dumps: 2x faster.
-# Strings escaped and quoted as json.dumps does (_q). Floats as %r, what json writes for them (a
-# chunk with a non-finite one is formatted again with those as null: the *_NULL forms, _num);
-# ts, dur in microseconds.
+# Strings escaped and quoted as json.dumps does (_q). ts and dur in microseconds, each a whole
+# number of nanoseconds (_us); a non-finite time or value is written as null (_num).
 _q = json.encoder.encode_basestring_ascii
-_X = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%r,"dur":%r,"args":{"step":%d,"kind":%s,"stage":%d,'
+_X = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{"step":%d,"kind":%s,"stage":%d,'
       '"microbatch":%d}}')
-_C = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%r,"args":{"MiB":%r}}'
-_X_NULL, _C_NULL = _X.replace("%r", "%s"), _C.replace("%r", "%s")
+_C = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%s,"args":{"MiB":%s}}'
+
+
+def _ns(t: float) -> int | None:
+    """Seconds as whole nanoseconds, rounded (None if not finite). Rounding is monotonic: events
+    that follow each other in seconds still do in ns, so no rounding makes two of a track overlap."""
+    return round(t * 1e9) if _finite(t) else None
+
+
+def _us(ns: int | None) -> str:
+    """Whole nanoseconds as a JSON number of microseconds with exactly three decimals (a decimal
+    a reader scales back to the same ns: no float arithmetic on our side); null for None."""
+    if ns is None:
+        return "null"
+    whole, frac = divmod(abs(ns), 1000)
+    return f"{'-' if ns < 0 else ''}{whole}.{frac:03d}"
 
 
 def _track_names(ranks: list[int], pp: int) -> list[str]:
@@ -270,58 +280,68 @@ def _track_names(ranks: list[int], pp: int) -> list[str]:
                                "args": {"name": f"rank {r} (pipeline rank {r % pp})"}}, **compact) for r in ranks]
 
 
-def _actions(evs: Trace, pp: int, finite: bool) -> list[str]:
-    """A complete event (X) per action."""
-    if finite:
-        return [_X % (_q(e.name), _q(e.cat), e.rank // pp, e.rank, e.start * 1e6, (e.end - e.start) * 1e6, e.step,
-                      _q(e.kind), e.stage, e.microbatch) for e in evs]
-    return [_X_NULL % (_q(e.name), _q(e.cat), e.rank // pp, e.rank, _num(e.start * 1e6),
-                       _num((e.end - e.start) * 1e6), e.step, _q(e.kind), e.stage, e.microbatch) for e in evs]
+def _actions(evs: Trace, pp: int) -> list[str]:
+    """A complete event (X) per action: its start and end rounded to ns, dur their difference."""
+    out = []
+    for e in evs:
+        t0, t1 = _ns(e.start), _ns(e.end)
+        dur = None if t0 is None or t1 is None else t1 - t0
+        out.append(_X % (_q(e.name), _q(e.cat), e.rank // pp, e.rank, _us(t0), _us(dur), e.step, _q(e.kind),
+                         e.stage, e.microbatch))
+    return out
 
 
-def _samples(samples: list[MemorySample], pp: int, finite: bool) -> list[str]:
+def _samples(samples: list[MemorySample], pp: int) -> list[str]:
     """A counter event (C) per activation-meter sample, in MiB."""
-    if finite:
-        return [_C % (rank, rank // pp, rank, t * 1e6, nbytes / 2**20) for rank, _step, t, nbytes in samples]
-    return [_C_NULL % (rank, rank // pp, rank, _num(t * 1e6), _num(nbytes / 2**20))
-            for rank, _step, t, nbytes in samples]
+    return [_C % (rank, rank // pp, rank, _us(_ns(t)), _num(nbytes / 2**20)) for rank, _step, t, nbytes in samples]
 
 
 def _step_slices(spans: dict[tuple[int, int], list[float]], pp: int) -> list[str]:
-    """Step slices (finite by construction): B and E at once, so each rank's pairs are in order;
-    the one that would begin before ts 0 (the trace's first event's) is an X from 0 instead
-    (args as an action's, kind "step": a reader of X events' args reads them too)."""
-    args = '"args":{"step":%d,"kind":"step","stage":-1,"microbatch":-1}}'
-    b = '{"ph":"B","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%r,' + args
-    e_ = '{"ph":"E","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%r}'
-    x0 = '{"ph":"X","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%r,"dur":%r,' + args
+    """A step slice per rank and step, an X from its first event's start to its last event's end
+    (in ns, as the events are rounded: it encloses them exactly; finite by construction; args as
+    an action's, kind "step": a reader of X events' args reads them too)."""
+    x = ('{"ph":"X","name":"step %d","cat":"step","pid":%d,"tid":%d,"ts":%s,"dur":%s,'
+         '"args":{"step":%d,"kind":"step","stage":-1,"microbatch":-1}}')
     slices = []
     for (rank, step), (t0, t1) in sorted(spans.items()):
-        begin, end = t0 * 1e6 - STEP_PAD_US, t1 * 1e6 + STEP_PAD_US
-        if begin < 0:
-            slices.append(x0 % (step, rank // pp, rank, t0 * 1e6, end - t0 * 1e6, step))
-        else:
-            slices += [b % (step, rank // pp, rank, begin, step), e_ % (step, rank // pp, rank, end)]
+        b, e = _ns(t0), _ns(t1)
+        slices.append(x % (step, rank // pp, rank, _us(b), _us(e - b), step))
     return slices
 
 
-def _flow_lines(flows: list[tuple[Event, Event, str]], pp: int) -> list[str]:
-    """A flow (s and f) per message, each end in the middle of its slice, strictly inside it (a
-    viewer binds a flow to the slice enclosing its timestamp). Names are a word and an action's
-    numbers and letter: nothing to escape."""
-    s = '{"ph":"s","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%r}'
-    f = '{"ph":"f","bp":"e","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%r}'
-    return [line for i, (src, dst, what) in enumerate(flows, 1) for line in (
-        s % (what, i, src.rank // pp, src.rank, (src.start + src.end) * 5e5),
-        f % (what, i, dst.rank // pp, dst.rank, (dst.start + dst.end) * 5e5))]
+def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
+    """(s, f) in ns for a message from `src` to `dst`: s 1 ns before the end of the send (or
+    producing action), f 1 ns after the start of the consuming action, each strictly inside its
+    slice (a viewer binds a flow's end to the slice enclosing it). Where the consumer started
+    before the send ended (it had posted its receive, or a sender's call returned after the data
+    was taken), the arrow still never points back in time: it goes from the send's end to the
+    point in the consumer at that moment, or, where the consumer ended first, from the point in
+    the send at the consumer's end. None where the two share no moment and the consumer ended
+    before the send began: two hosts' clocks further apart than their offset estimate."""
+    s0, s1, d0, d1 = _ns(src.start), _ns(src.end), _ns(dst.start), _ns(dst.end)
+    s, f = max(s1 - 1, s0), min(d0 + 1, d1)  # inside, or at the edge of a slice under 2 ns
+    if f >= s:
+        return s, f
+    if d1 - 1 >= s:  # the consumer was running when the send ended
+        return s, s
+    if d1 - 1 >= s0 + 1:  # the consumer ended while the send was still on
+        return d1 - 1, d1 - 1
+    return None
 
 
-_NON_FINITE = re.compile(r'[:,](?:-?inf|nan)[,}]')
+def _flow_lines(flows: list[tuple[Event, Event, str, tuple[int, int]]], pp: int) -> list[str]:
+    """A flow (s and f) per message, at `_flow_times`. Names are a word and an action's numbers
+    and letter: nothing to escape."""
+    s = '{"ph":"s","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s}'
+    f = '{"ph":"f","bp":"e","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s}'
+    return [line for i, (src, dst, what, (ts, tf)) in enumerate(flows, 1) for line in (
+        s % (what, i, src.rank // pp, src.rank, _us(ts)),
+        f % (what, i, dst.rank // pp, dst.rank, _us(tf)))]
 
 
 def _num(v: float) -> str:
     """A JSON number: repr of a finite float (what json.dumps writes), null otherwise."""
-    return float.__repr__(v) if v == v and v not in (float("inf"), float("-inf")) else "null"
+    return float.__repr__(v) if _finite(v) else "null"
 
 
 def read_trace(path: Path) -> Trace:

@@ -35,6 +35,9 @@ patches them. Per-rank lists end in `_per_rank` and are indexed by pipeline rank
   every input file (harness/records/identity.py); `provenance.code.untracked_sha256` (new) the
   harness's untracked files. Older records are read with both computed from their stored config
   and provenance, as a new record's are: resume after the upgrade reruns only what changed.
+  Optional, null in older records: `env.host_load`, the host's load over the execution
+  (harness/measure/host_load.py: other processes' CPU time from /proc, the load average at both
+  ends, and `busy` by its stated rule).
 """
 
 from __future__ import annotations
@@ -69,6 +72,21 @@ class RecordError(ValueError):
 
 
 @dataclass
+class HostLoad:
+    """What else ran on the host while the run's workers did (harness/measure/host_load.py)."""
+    source: str  # where the figures come from
+    rule: str  # what `busy` means
+    wall_s: float  # the window: the execution, start to end
+    cores: int  # the host's CPUs
+    load_avg_start: list[float]  # 1, 5, 15 minutes
+    load_avg_end: list[float]
+    own_cpu_s: float  # this run's process tree over the window
+    other_cpu_s: float  # every other process's over the window
+    other_cores: float  # other_cpu_s / wall_s: the cores they kept busy on average
+    busy: bool  # other_cores over the rule's threshold: these timings include contention
+
+
+@dataclass
 class Env:
     torch: str
     python: str
@@ -81,6 +99,7 @@ class Env:
     cores: int | None = None  # cores this run could use (CPU affinity)
     ranks_on_host: int | None = None  # worker processes that shared them
     oversubscribed: bool | None = None  # compute=real with more busy ranks than cores (or GPUs): timings show contention
+    host_load: HostLoad | None = None  # other processes' use of the host over the run; None: not sampled (sim, not Linux, older records)
 
 
 @dataclass
@@ -199,9 +218,11 @@ class Flops:
 
 @dataclass
 class Intervals:
-    """95% confidence intervals of a job's figures over its measured steps (harness/measure/intervals.py:
-    a bootstrap of the median); one step, or a simulation's identical steps, give a point."""
-    level: float
+    """Intervals of a job's figures over its measured steps (harness/measure/intervals.py: order
+    statistics of the median, whose coverage `level` the number of steps sets: 5 give 93.8%, 6 or
+    more at least 95%; records before them: a bootstrap of the median, nominal 95%); one step, or
+    a simulation's identical steps, give a point."""
+    level: float  # the interval's coverage of the median
     method: str
     steps: int  # the samples
     step_time_s: list[float]  # [lo, hi]
@@ -318,7 +339,15 @@ class Result:
         if self.env is not None and self.env.oversubscribed:
             line += (f" [oversubscribed: {self.env.ranks_on_host} busy ranks on {self.env.cores} cores, so these "
                      "timings measure contention; compute=emulated shows the schedule]")
+        if self.env is not None and (h := self.env.host_load) is not None and h.busy:
+            line += f" [{busy_phrase(h)}]"
         return line
+
+
+def busy_phrase(h: HostLoad) -> str:
+    """'busy host: other processes kept 1.8 cores busy on average (load average 2.1 -> 3.9)'."""
+    return (f"busy host: other processes kept {h.other_cores:.1f} of {h.cores} cores busy on average over the run "
+            f"(load average {h.load_avg_start[0]:.1f} -> {h.load_avg_end[0]:.1f}), so these timings include contention")
 
 
 def flops_phrase(f: Flops) -> str:

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 from harness.planning import theory
 from harness.report.figures import Figure, log2_x, save, schedule_colors
 from harness.config import Config
+from harness.report.noise import bars_note
 from harness.report.runs import Run, ok, run_ids, schedule_label, setting
 
 
@@ -30,7 +31,7 @@ def _simulated_runs(runs: list[Run]) -> bool:
 
 
 def _spread(r: Run) -> list[list[float]]:
-    """Error bar of a run's bubble: its 95% interval over the measured steps (records before
+    """Error bar of a run's bubble: its interval over the measured steps (records before
     intervals: the interquartile range)."""
     b, ci = r.metrics.bubble, r.metrics.intervals
     lo, hi = (ci.bubble if ci is not None else None) or b.measured_step_iqr or [min(b.measured_per_step),
@@ -50,8 +51,8 @@ def bubble_vs_microbatches(runs: list[Run], out: Path) -> Figure:
     fig_ = Figure("Bubble against microbatches",
                   "Lines: each schedule's theory in the runs' costs ((N-1)/(M+N-1) for GPipe and 1F1B, its own for "
                   "the others). Filled markers: measured (mean idle fraction of the step window over ranks; bars: "
-                  "its 95% interval over the measured steps; x: oversubscribed, CPU contention). Hollow: the "
-                  "simulator fed with each run's own measured op costs and hop latency.", runs)
+                  f"its interval over the measured steps: {bars_note(runs)}; x: oversubscribed, CPU "
+                  "contention). Hollow: the simulator fed with each run's own measured op costs and hop latency.", runs)
     if not runs:
         fig_.missing.append("no run finished ok")
         return fig_

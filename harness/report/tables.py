@@ -7,6 +7,7 @@ import csv
 import re
 from pathlib import Path
 
+from harness.measure.intervals import tag
 from harness.report.doc import Block, Table, Text
 from harness.records.atomic import write_atomic
 from harness.records.record import RESULT
@@ -61,7 +62,7 @@ def write_csv(sweep: Sweep, path: Path) -> None:
     write_atomic(path, write)  # never through a link planted at runs.csv (harness/records/atomic.py)
 
 
-SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "95%", "samples/s",
+SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "interval", "samples/s",
            "TFLOP/s/dev", "MFU", "bubble theory", "simulated", "measured", "overlapped", "peak act. MiB",
            "other overrides"]
 
@@ -82,7 +83,7 @@ def summary(runs: list[Run]) -> list[Block]:
         r = row(run)
         rows.append([run_id(run), r["status"], schedule_label(run.cfg), r["pp"], r["dp"], r["microbatches"],
                      r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
-                     _scaled(r["step_time_s"], 1e3), _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3),
+                     _scaled(r["step_time_s"], 1e3), _interval(run, r),
                      r["throughput_samples_s"], r["tflops_per_device"],
                      "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble_theory"],
                      r["bubble_simulated"], r["bubble_measured"], r["bubble_overlapped"],
@@ -90,6 +91,14 @@ def summary(runs: list[Run]) -> list[Block]:
                      ",".join(o for o in overrides(run) if o not in shared)])
     text = f"Overrides every run shares: `{','.join(o for o in overrides(runs[0]) if o in shared)}`." if shared else ""
     return ([Text(text)] if text else []) + [Table(SUMMARY, rows)]
+
+
+def _interval(run: Run, r: dict) -> str:
+    """The step time's interval with its coverage and n ('98.2-101.3 (93.8%, n=5)'): the
+    section "Told apart, or not" says the method."""
+    ci = run.result.metrics.intervals if run.result.metrics is not None else None
+    span = _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3)
+    return f"{span} ({tag(ci.method, ci.level, ci.steps)})" if span and ci is not None else span
 
 
 def _span(lo: float | None, hi: float | None, k: float) -> str:

@@ -9,12 +9,13 @@ import matplotlib.pyplot as plt
 
 from harness.measure.intervals import interval
 from harness.report.figures import Figure, log2_x, save, say
+from harness.report.noise import bars_note
 from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
 
 
 def _line(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
     """Every run as a point (with `spread(r)` as its error bar), the line through the mean at
-    each x (repeats of a point stay visible) and, where an x has repeats, the 95% interval of
+    each x (repeats of a point stay visible) and, where an x has repeats, a bootstrap interval of
     their mean as a band."""
     xs = sorted({dim(r, x) for r in runs})
     at = {v: [y(r) for r in runs if dim(r, x) == v] for v in xs}
@@ -33,7 +34,7 @@ def _samples_s(r: Run) -> float:
 
 
 def _samples_spread(r: Run) -> list[list[float]] | None:
-    """Throughput's error bar: its 95% interval over the run's steps (records before intervals:
+    """Throughput's error bar: its interval over the run's steps (records before intervals:
     from the interquartile range of its step times)."""
     m = r.metrics
     y = _samples_s(r)
@@ -84,7 +85,8 @@ def throughput(runs: list[Run], out: Path) -> Figure:
     fig_ = Figure("Throughput against M and microbatch size",
                   "Samples per second (M x B x dp / median step time) against the microbatch count M (left) and the "
                   "microbatch size B (right); one line per combination of the other swept dimensions, through the "
-                  "mean of repeated points (band: the 95% interval of that mean; bars: each run's over its steps). "
+                  "mean of repeated points (band: a percentile bootstrap of that mean, nominally 95%, less at 2-3 "
+                  f"repeats; bars: each run's interval over its steps, {bars_note(runs)}). "
                   "More microbatches shrink the bubble; larger ones use each op better.", runs)
     if not runs:
         fig_.missing.append("no run finished ok")
