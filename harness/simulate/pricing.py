@@ -18,6 +18,8 @@ modeled step and the planner (harness.advise) all use.
   profile derived at the run's tp, harness/planning/op_costs.py's split GEMMs);
 - data parallelism (dp > 1): each stage's gradients (in dtype) ring all-reduced inside its last
   backward, over comm.* or the links its replicas span (plus the measured skew on cluster=here);
+  with dp_sync=after_flush (Megatron-LM's finalize_model_grads) after the rank's last action
+  instead, before its optimizer step, so no stage's gradient waits for it;
 - with a cluster: the optimizer step per rank (memory-bound: parameters x bytes read and
   written / memory bandwidth) and, with ZeRO-1, the all-gather of the updated shards; the
   executor's measured overheads (per emulated action, posting a send, taking a receive, per step).
@@ -70,8 +72,14 @@ def price(c: Config, modeled: CostModel, owner: tuple[int, ...], stage_params: l
     if cl is None:
         link = LinkConfig(latency_s=c.comm.latency_s, bandwidth_Bps=c.comm.bandwidth_Bps)
         sync = tuple(links.ring_allreduce_s(c.dp, g, link) for g in grads) if c.dp > 1 else ()
+        after = [0.0] * c.pp
+        if c.dp_sync == "after_flush":  # Megatron-LM's: after the rank's last action, before its optimizer
+            for s, t in enumerate(sync):
+                after[owner[s]] += t
+            sync = ()
         return replace(priced, p2p_latency_s=link.latency_s, p2p_bandwidth_Bps=link.bandwidth_Bps,
-                       message_bytes=(message_bytes,) * S, sync_s=sync)
+                       message_bytes=(message_bytes,) * S, sync_s=sync,
+                       optimizer_s=tuple(after) if any(after) else ())
     gpus = [links.replicas(c.placement, r, c.pp, c.dp, c.tp) for r in range(c.pp)]
     fwd_hop, bwd_hop = [0.0] * S, [0.0] * S
     for s in range(S - 1):
@@ -86,6 +94,10 @@ def price(c: Config, modeled: CostModel, owner: tuple[int, ...], stage_params: l
     for s in range(S):
         r = owner[s]
         opt[r] += stage_params[s] * touched / bandwidth
+        if sync and c.dp_sync == "after_flush":  # Megatron-LM's finalize_model_grads: after the rank's schedule
+            opt[r] += sync[s]
+    if c.dp_sync == "after_flush":
+        sync = ()
         if c.zero and c.dp > 1:
             opt[r] += links.allgather_s(cl, grads[s], gpus[r])
     return replace(priced, message_bytes=(message_bytes,) * S, fwd_hop_s=tuple(fwd_hop), bwd_hop_s=tuple(bwd_hop),
