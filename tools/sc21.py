@@ -200,9 +200,8 @@ def reproduce(r: Row, cm, workdir: Path) -> Reproduced:
              "pipeline_bubble_and_hops": step - busy - after, "dp_allreduce_and_optimizer": after,
              "step_without_comm": no_sync}
     hfu = flops_of(plan, step).hardware_tflops_per_device
-    shown = ["profile=<derived>" if k.startswith("profile=") else k for k in keys]
     return Reproduced(r, step, paper_flops(r) / step / r.gpus / 1e12, hfu, parts,
-                      "python -m harness " + " ".join(shown))
+                      "python -m harness " + " ".join(f"'{k}'" if "[" in k else k for k in keys))
 
 
 def table(results: list[Reproduced]) -> str:
@@ -222,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.sc21", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", nargs="*", default=None, help="only these rows (e.g. 39.1B 1008B)")
-    ap.add_argument("--commands", action="store_true", help="print each row's python -m harness command too")
+    ap.add_argument("--commands", metavar="DIR", type=Path, default=None,
+                    help="write each row's derived profile into DIR and print its python -m harness command")
     args = ap.parse_args(argv)
     rows = [r for r in ROWS if args.rows is None or r.name in args.rows]
     if not rows:
@@ -231,9 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cm = compute_model()
     with tempfile.TemporaryDirectory() as tmp:
-        results = [reproduce(r, cm, Path(tmp)) for r in rows]
+        where = args.commands if args.commands is not None else Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        results = [reproduce(r, cm, where) for r in rows]
     print(table(results))
-    if args.commands:
+    if args.commands is not None:
         for x in results:
             print(f"\n{x.row.name}: {x.command}")
     missed = [x.row.name for x in results if abs(x.ratio - 1) > TOLERANCE]
