@@ -77,3 +77,13 @@ def test_after_flush_is_the_simulator_s_only(config):
     assert str(e.value).startswith("dp_sync=after_flush: executor=native all-reduces inside")
     with pytest.raises(ConfigError, match="dp_sync=later: unknown"):
         make_plan(config(dp_sync="later", pp=2))
+
+
+@pytest.mark.parametrize("dp_sync", ["in_backward", "after_flush"])
+def test_zero1_s_all_gather_stays_in_the_optimizer_step_either_way(dp_sync):
+    from harness.frontend.compose import compose_config
+
+    keys = ["executor=sim", "cluster=dgx_a100_80gb", "cluster.nodes=2", "pp=2", "dp=2", "microbatches=4",
+            "optimizer=adamw", f"dp_sync={dp_sync}"]
+    plain, zero = (make_plan(compose_config([*keys, f"zero={z}"])).sim_cost() for z in (0, 1))
+    assert all(z > p for z, p in zip(zero.optimizer_s, plain.optimizer_s))
