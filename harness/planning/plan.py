@@ -295,11 +295,9 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({world} ranks, "
                           f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
     if c.tp > 1:
-        notes.append(f"tp={c.tp}: the simulated step and bubble, the sim prices and the memory theory do not model "
-                     "tensor parallelism yet (no TP collectives, no split compute or memory): they are tp=1's, and "
-                     "the record keeps no theory per rank; the measured figures are tp rank 0's of each TP group"
-                     + ("; the measured peak leaves out checkpointing's recompute (accounted from that theory)"
-                        if c.checkpointing else ""))
+        notes.append(f"tp={c.tp}: the simulated step and bubble and the sim prices do not model tensor parallelism "
+                     "yet (no TP collectives, no split compute): they are tp=1's; the measured figures and the memory "
+                     "theory per rank are tp rank 0's of each TP group")
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
     if executor.transport:
         check_transport(c, schedule, transport, backend)
