@@ -82,6 +82,24 @@ GRID = [dict(model, **{"schedule.name": s}, sequence_parallel=sp, checkpointing=
         if not (sp and not model)]  # model=mlp has no sequence
 
 
+LLAMA = {"model.name": "hf", "model.arch": "llama", "model.layers": 2, "model.hidden": 32, "model.heads": 4,
+         "model.seq": 16, "model.vocab": 64}
+BEYOND = {  # other models, schedules and dimensions, one run each
+    "llama-gqa-sp-adamw": dict(LLAMA, **{"model.kv_heads": 2, "optimizer.name": "adamw"}, sequence_parallel=True),
+    "llama-replicated-kv": dict(LLAMA, **{"model.kv_heads": 1}),
+    "gpt-interleaved": dict(GPT, **{"model.layers": 4, "schedule.name": "interleaved_1f1b"}),
+    "gpt-dp2-zero1-bf16": dict(GPT, dp=2, zero=1, dtype="bf16", compute="emulated",
+                               **{"optimizer.name": "adamw", "schedule.name": "1f1b"}),
+}
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BEYOND)
+def test_measured_equals_theory_at_tp2_beyond_the_grid(tmp_path, config, name):
+    assert_memory_is_theory(_ran(tmp_path, config, pp=2, tp=2, **BEYOND[name]))
+
+
 @pytest.mark.dist
 @pytest.mark.slow
 @pytest.mark.parametrize("keys", GRID, ids=lambda k: "-".join(
