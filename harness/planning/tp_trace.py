@@ -71,7 +71,9 @@ def fake_tp_mesh(tp: int) -> Any:
             return 0
 
     with torch.device("cpu"):  # the caller may be building on the meta device
-        mesh = FakeMesh("cpu", torch.arange(me, me + tp, dtype=torch.int), _init_backend=False, _rank=me)
+        # its own dimension name: never equal to a run's TP mesh (DTensor's caches compare meshes)
+        mesh = FakeMesh("cpu", torch.arange(me, me + tp, dtype=torch.int), mesh_dim_names=("tp_theory",),
+                        _init_backend=False, _rank=me)
     mesh._dim_group_names = [name]
     mesh._pg_registry[name] = group
     return mesh
