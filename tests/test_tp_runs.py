@@ -61,10 +61,10 @@ def test_a_tp_run_that_cannot_run_is_one_line_before_any_worker(config, keys, li
     assert str(e.value).startswith(line) and "\n" not in str(e.value)
 
 
-def test_a_tp_plan_counts_every_rank_and_says_what_is_not_modelled(config):
+def test_a_tp_plan_counts_every_rank_and_says_whose_figures_it_keeps(config):
     plan = make_plan(config(pp=2, dp=2, tp=2, **GPT))
     assert plan.world == 8
-    assert any(n.startswith("tp=2: the memory theory does not model") for n in plan.notes)
+    assert any(n.startswith("tp=2: the memory theory per rank and the measured figures are tp rank 0's") for n in plan.notes)
 
 
 # -- exports ----------------------------------------------------------------------------------------
