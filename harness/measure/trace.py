@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# Categories as in trace.json: compute (F/B/I/W and the optimizer), comm (sends posted),
-# wait (blocked in a receive).
-COMPUTE, COMM, WAIT = "compute", "comm", "wait"
+# Categories as in trace.json: compute (F/B/I/W and the optimizer), comm (sends posted, the
+# dp and tp gradient syncs), wait (blocked in a receive), tp (a tensor-parallel collective
+# inside a compute action, nested in its event: harness/parallel/tp_trace.py).
+COMPUTE, COMM, WAIT, TP = "compute", "comm", "wait", "tp"
 # Kinds that are pipeline compute; "optim" is compute but outside the step window.
 PIPELINE_KINDS = frozenset("FBIW")
 

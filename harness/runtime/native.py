@@ -52,11 +52,19 @@ class NativeRunner:
         self.layers: dict[int, nn.Module] = {}  # stage -> its layers, under any wrapper
         self.precision = Precision(c.dtype)
         self.loss_scale = self.precision.loss_scale
+        # tp > 1: the TP collectives inside each action traced as their own slices (category tp)
+        self.tp_trace = None
+        if c.tp > 1:  # imported here: at tp=1 the rank loop imports none of torch's distributed tensor API
+            from harness.parallel.tp_trace import TPCommTrace
+
+            self.tp_trace = TPCommTrace(self.tracer)
         for s, r in plan.stage_rank.items():
             if r == self.prank:
                 self.layers[s] = plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
                 # the model's TP plan, before the store, checkpointing, the sync and the meter see the layers
                 parallelize_stage(self.layers[s], self.model, ctx.tp_mesh, c.sequence_parallel, plan.stage_layers[s][0])
+                if self.tp_trace is not None:
+                    self.tp_trace.watch(self.layers[s], plan.stage_layers[s][0])
                 attach_store(self.layers[s], self.store)
         self.meter = MemoryMeter(self.parameters())
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
@@ -123,6 +131,11 @@ class NativeRunner:
 
         return run
 
+    def _traced(self, a: Action):
+        """tp > 1: the action's TP collectives traced inside it; else nothing."""
+        return nullcontext() if self.tp_trace is None else self.tp_trace.action(str(a), a.kind.value, a.stage,
+                                                                                a.microbatch)
+
     def _call(self, s: int, x: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
         return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
 
@@ -134,7 +147,7 @@ class NativeRunner:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         loss = None
         with (self.meter.saving(key), self.store.defer(key if key in self.deferred else None),
-              GradSync.forward_context(self.modules[s])):
+              GradSync.forward_context(self.modules[s]), self._traced(a)):
             y = self._call(s, x, key)
             if last:  # in fp32, whatever the dtype; fp16 scales it for the backward (precision.py)
                 loss = self.model.loss(y.float(), batch[mb][1]) / self.plan.config.microbatches
@@ -164,7 +177,7 @@ class NativeRunner:
         last = index == self.last_grad[s]
         syncing = (self.sync.backward(self.modules[s], output, last, h0, self.emulator.seconds(a))
                    if self.sync and s not in self.explicit else nullcontext())
-        with self.store.defer(key if a.kind is Kind.I else None), syncing:
+        with self.store.defer(key if a.kind is Kind.I else None), syncing, self._traced(a):
             torch.autograd.backward(output, grad_tensors=grad)
         self.emulator.hold(h0, a)
         launched = self.sync.launched if self.sync and s not in self.explicit else None
@@ -182,7 +195,8 @@ class NativeRunner:
 
     def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
-        self.store.run((a.stage, a.microbatch))
+        with self._traced(a):
+            self.store.run((a.stage, a.microbatch))
         self.emulator.hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))

@@ -1,0 +1,125 @@
+"""The TP collectives inside a stage's forward and backward, each traced as its own slice
+(category "tp"), nested in the compute action that issued it.
+
+DTensor issues them inside the layers: the row-parallel outputs' all-reduces (or, under
+sequence parallelism, the all-gathers before the column-parallel linears and the
+reduce-scatters after the row-parallel ones), and their mirror images in the backward. They
+reach the dispatcher as torch's functional collectives (`torch.ops._c10d_functional.*`, what
+DTensor's redistribute calls), which is what torch's own CommDebugMode counts; `TPCommTrace`
+is a TorchDispatchMode like it that also times them: a slice runs from the collective's
+launch to the end of its `wait_tensor` (functional collectives are asynchronous: DTensor's
+output waits when an op first reads it, which is at once here). Nothing is changed: every op
+is called as it came, so the numerics are those of the untraced run.
+
+Naming: `tp <action> L<layer> <collective>` ("tp 1F0 L3 all_reduce"), kind `tp_<F|B|I|W>` (the
+action's kind: the direction), the action's stage and microbatch. The layer is the global
+layer index whose forward or backward is running: a forward pre-hook per layer names it in
+the forward (and in a checkpointed recompute), a hook on each layer's output gradient names it
+when the backward reaches that layer.
+
+A slice sits inside its action's compute event: harness/measure/metrics.py takes each action's
+busy time as its span less the TP slices nested in it (`tp_inside`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.measure.trace import TP
+
+_funcol = torch.ops._c10d_functional
+# the functional collectives DTensor's redistribute issues, by their trace name
+COLLECTIVES: dict[Any, str] = {
+    _funcol.all_reduce: "all_reduce",
+    _funcol.all_reduce_coalesced: "all_reduce",
+    _funcol.all_gather_into_tensor: "all_gather",
+    _funcol.all_gather_into_tensor_coalesced: "all_gather",
+    _funcol.reduce_scatter_tensor: "reduce_scatter",
+    _funcol.reduce_scatter_tensor_coalesced: "reduce_scatter",
+    _funcol.all_to_all_single: "all_to_all",
+    _funcol.broadcast: "broadcast",
+}
+_WAIT = _funcol.wait_tensor
+_DESUGARED = (DTensor, AsyncCollectiveTensor)
+
+
+class TPCommTrace(TorchDispatchMode):
+    """Active only inside `action(...)`: each functional collective launched there becomes a
+    tracer event. `watch(layers, first)` names the layers of a stage."""
+
+    def __init__(self, tracer: Any):
+        super().__init__()
+        self.tracer = tracer
+        self.action_name, self.kind, self.stage, self.microbatch = "", "", -1, -1
+        self.layer = -1  # the global layer whose forward or backward is running
+        # id(output) -> (output kept alive so the id stays its own, start token, name)
+        self.open: dict[int, tuple[torch.Tensor, Any, str]] = {}
+
+    # -- where we are ------------------------------------------------------------------------
+    def watch(self, layers: nn.Sequential, first: int) -> None:
+        """Names layer first + j while its forward or backward runs (j: its place in `layers`)."""
+        for j, layer in enumerate(layers):
+            layer.register_forward_pre_hook(self._enter_forward(first + j))
+            layer.register_forward_hook(self._arm_backward(first + j))
+
+    def _enter_forward(self, i: int):
+        def hook(module: nn.Module, args: tuple) -> None:
+            self.layer = i
+        return hook
+
+    def _arm_backward(self, i: int):
+        def on_grad(grad: torch.Tensor) -> None:  # the layer's output gradient is in: its backward starts
+            self.layer = i
+
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            if isinstance(output, torch.Tensor) and output.requires_grad and torch.is_grad_enabled():
+                output.register_hook(on_grad)
+        return hook
+
+    @contextmanager
+    def action(self, name: str, kind: str, stage: int, microbatch: int) -> Iterator[None]:
+        """Traces the collectives of one compute action (F, B, I, W) while it runs."""
+        self.action_name, self.kind, self.stage, self.microbatch = name, kind, stage, microbatch
+        try:
+            with self:
+                yield
+        finally:
+            for _, (_, t0, label) in list(self.open.items()):  # never waited inside: ends with its action
+                self._record(label, t0)
+            self.open.clear()
+
+    # -- the mode ----------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(t in _DESUGARED for t in types):
+            # DTensor or a collective's pending output first: it desugars into plain-tensor ops,
+            # collectives and waits, dispatched again with this mode still active (CommDebugMode's way)
+            return NotImplemented
+        packet = func._overloadpacket
+        name = COLLECTIVES.get(packet)
+        if name is not None:
+            t0 = self.tracer.mark()
+            out = func(*args, **kwargs)
+            label = f"tp {self.action_name} L{self.layer} {name}"
+            first = out[0] if isinstance(out, (list, tuple)) else out  # coalesced: one slice, from its first wait
+            self.open[id(first)] = (first, t0, label)
+            return out
+        if packet is _WAIT:
+            out = func(*args, **kwargs)
+            opened = self.open.pop(id(args[0]), None)
+            if opened is not None:
+                self._record(opened[2], opened[1])
+            return out
+        return func(*args, **kwargs)
+
+    def _record(self, label: str, t0: Any) -> None:
+        self.tracer.record(label, TP, f"tp_{self.kind}", self.stage, self.microbatch, t0)
