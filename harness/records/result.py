@@ -238,9 +238,13 @@ class Metrics:
     clock_note: str | None = None  # the bubble flagged: that uncertainty is > 5% of the mean compute action
     intervals: Intervals | None = None
     # tp > 1: median over measured steps of the longest per-rank total of TP gradient syncs (tp_sync
-    # events: the replicated parameters' partial gradients summed over the TP group); the TP
-    # collectives inside each F and B are in those compute events, not traced apart. None at tp=1
+    # events: the replicated parameters' partial gradients summed over the TP group). None at tp=1
     tp_sync_s: float | None = None
+    # tp > 1: the same of the TP collectives inside the F, B, I and W (trace category "tp", kinds
+    # tp_F, tp_B, tp_I, tp_W: harness/parallel/tp_trace.py), tp_sync not included; and its share of
+    # step_time_s. None at tp=1 and where none were traced (executor=sim)
+    tp_comm_s: float | None = None
+    tp_comm_share: float | None = None
 
 
 @dataclass
