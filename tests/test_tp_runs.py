@@ -105,6 +105,18 @@ def test_tp2_zero_bubble_with_sequence_parallelism_trains_like_one_process(tmp_p
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert {e["tid"] for e in trace if e.get("args", {}).get("kind") == "tp_sync"} == {0, 1}  # tp rank 0 of each
     assert result.metrics.memory.theory_per_rank is None  # not modelled at tp > 1: none rather than wrong
+    # sequence parallelism's collectives per block and direction (tests/test_tp_comm.py: Megatron's
+    # all-reduces without it): an all-gather before each column-parallel linear, a reduce-scatter
+    # after each row-parallel one, mirrored in the I; the W (weight gradients) communicates nothing
+    tp = [e for e in trace if e.get("cat") == "tp"]
+    model = make_plan(c).model.model
+    for e in tp:
+        assert e["args"]["kind"] in ("tp_F", "tp_I")
+    for i in (i for i in range(4) if model.kind(i) == "block"):
+        for kind in ("tp_F", "tp_I"):
+            got = [e for e in tp if e["name"].split()[2] == f"L{i}" and e["args"]["kind"] == kind
+                   and e["args"]["step"] == 0 and e["args"]["microbatch"] == 0]
+            assert sorted(e["name"].split()[3] for e in got) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
 
 
 @pytest.mark.dist
@@ -120,8 +132,11 @@ def test_pp2_dp2_tp2_trains_like_one_process(tmp_path, config):
 def test_pytorch_executor_runs_tp_parallelized_stages_like_one_process(tmp_path, config):
     """torch's PipelineStage on each TP rank's pipeline (its own group), sequence-sharded
     messages, torch's ZB-H1 splitting the TP linears' backward itself."""
-    _run(tmp_path, config, "pytorch", pp=2, tp=2, sequence_parallel=True, executor="pytorch",
-         **{"schedule.name": "zb_h1"})
+    _, result = _run(tmp_path, config, "pytorch", pp=2, tp=2, sequence_parallel=True, executor="pytorch",
+                     **{"schedule.name": "zb_h1"})
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert {e["tid"] for e in trace if e.get("cat") == "tp" and e["args"]["kind"] == "tp_F"} == {0, 1}
+    assert result.metrics.tp_comm_s > 0
 
 
 @pytest.mark.dist
