@@ -123,9 +123,14 @@ def test_tp2_zero_bubble_with_sequence_parallelism_trains_like_one_process(tmp_p
 def test_pp2_dp2_tp2_trains_like_one_process(tmp_path, config):
     """8 processes: dp groups per tp rank, pipeline peers the same tp rank (p2p=safe: an edge
     group per tp rank, matched in FIFO order with one tag), 1F1B."""
-    _, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", p2p="safe", p2p_single_tag=True,
+    c, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", p2p="safe", p2p_single_tag=True,
                      **{"schedule.name": "1f1b"})
     assert len(result.metrics.memory.measured_per_rank) == 4  # a TP group's rank 0 stands for it
+    # emulated: an action computes its modeled seconds besides its TP collectives (held after them),
+    # and its compute is measured without them (tests/test_tp_comm.py)
+    modeled = make_plan(c).emulated_cost
+    for kind, seconds in (("F", modeled.fwd_s), ("B", modeled.bwd_s)):
+        assert all(got >= 0.95 * want for got, want in zip(result.metrics.mean_op_s[kind], seconds)), kind
 
 
 @pytest.mark.dist

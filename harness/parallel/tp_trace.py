@@ -18,11 +18,15 @@ the forward (and in a checkpointed recompute), a hook on each layer's output gra
 when the backward reaches that layer.
 
 A slice sits inside its action's compute event: harness/measure/metrics.py takes each action's
-busy time as its span less the TP slices nested in it (`tp_inside`).
+compute time as its span less the TP slices nested in it (harness/measure/trace.py). For
+compute=emulated the runners hold an action for its modeled compute plus `comm_ns`, the host
+time its collectives took (an emulated action computes, then communicates for real; on CUDA
+a collective's host time is its launch, so there the hold covers it).
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -59,8 +63,9 @@ class TPCommTrace(TorchDispatchMode):
         self.tracer = tracer
         self.action_name, self.kind, self.stage, self.microbatch = "", "", -1, -1
         self.layer = -1  # the global layer whose forward or backward is running
-        # id(output) -> (output kept alive so the id stays its own, start token, name)
-        self.open: dict[int, tuple[torch.Tensor, Any, str]] = {}
+        self.comm_ns = 0  # host ns of the running (or last) action's collectives, launch to wait
+        # id(output) -> (output kept alive so the id stays its own, start token, host ns at launch, name)
+        self.open: dict[int, tuple[torch.Tensor, Any, int, str]] = {}
 
     # -- where we are ------------------------------------------------------------------------
     def watch(self, layers: nn.Sequential, first: int) -> None:
@@ -87,12 +92,13 @@ class TPCommTrace(TorchDispatchMode):
     def action(self, name: str, kind: str, stage: int, microbatch: int) -> Iterator[None]:
         """Traces the collectives of one compute action (F, B, I, W) while it runs."""
         self.action_name, self.kind, self.stage, self.microbatch = name, kind, stage, microbatch
+        self.comm_ns = 0
         try:
             with self:
                 yield
         finally:
-            for _, (_, t0, label) in list(self.open.items()):  # never waited inside: ends with its action
-                self._record(label, t0)
+            for _, (_, t0, h0, label) in list(self.open.items()):  # never waited inside: ends with its action
+                self._record(label, t0, h0)
             self.open.clear()
 
     # -- the mode ----------------------------------------------------------------------------
@@ -107,19 +113,20 @@ class TPCommTrace(TorchDispatchMode):
         packet = func._overloadpacket
         name = COLLECTIVES.get(packet)
         if name is not None:
-            t0 = self.tracer.mark()
+            t0, h0 = self.tracer.mark(), time.perf_counter_ns()
             out = func(*args, **kwargs)
             label = f"tp {self.action_name} L{self.layer} {name}"
             first = out[0] if isinstance(out, (list, tuple)) else out  # coalesced: one slice, from its first wait
-            self.open[id(first)] = (first, t0, label)
+            self.open[id(first)] = (first, t0, h0, label)
             return out
         if packet is _WAIT:
             out = func(*args, **kwargs)
             opened = self.open.pop(id(args[0]), None)
             if opened is not None:
-                self._record(opened[2], opened[1])
+                self._record(opened[3], opened[1], opened[2])
             return out
         return func(*args, **kwargs)
 
-    def _record(self, label: str, t0: Any) -> None:
+    def _record(self, label: str, t0: Any, h0: int) -> None:
         self.tracer.record(label, TP, f"tp_{self.kind}", self.stage, self.microbatch, t0)
+        self.comm_ns += time.perf_counter_ns() - h0

@@ -136,6 +136,11 @@ class NativeRunner:
         return nullcontext() if self.tp_trace is None else self.tp_trace.action(str(a), a.kind.value, a.stage,
                                                                                 a.microbatch)
 
+    def _hold(self, h0: int, a: Action) -> None:
+        """compute=emulated: the action held for its modeled compute after its TP collectives
+        (their host time added: they communicate for real, beside the emulated compute)."""
+        self.emulator.hold(h0 + (self.tp_trace.comm_ns if self.tp_trace is not None else 0), a)
+
     def _call(self, s: int, x: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
         return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
 
@@ -152,7 +157,7 @@ class NativeRunner:
             if last:  # in fp32, whatever the dtype; fp16 scales it for the backward (precision.py)
                 loss = self.model.loss(y.float(), batch[mb][1]) / self.plan.config.microbatches
                 y = loss * self.loss_scale if self.loss_scale != 1.0 else loss  # x 1.0: an op and a node for nothing
-        self.emulator.hold(h0, a)
+        self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
         self.meter.count_noted()  # what autograd saved during the F: counted outside its event
         self.meter.keep(key, x if s > 0 else None)
@@ -179,7 +184,7 @@ class NativeRunner:
                    if self.sync and s not in self.explicit else nullcontext())
         with self.store.defer(key if a.kind is Kind.I else None), syncing, self._traced(a):
             torch.autograd.backward(output, grad_tensors=grad)
-        self.emulator.hold(h0, a)
+        self._hold(h0, a)
         launched = self.sync.launched if self.sync and s not in self.explicit else None
         self.tracer.record(str(a), COMPUTE, a.kind.value, s, mb, t0, launched)
         if launched is not None:
@@ -197,7 +202,7 @@ class NativeRunner:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         with self._traced(a):
             self.store.run((a.stage, a.microbatch))
-        self.emulator.hold(h0, a)
+        self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))
         self._grads_now()

@@ -99,6 +99,10 @@ class Timeline:
         return nullcontext() if self.tp_trace is None else self.tp_trace.action(str(a), a.kind.value, a.stage,
                                                                                 a.microbatch)
 
+    def _comm_ns(self) -> int:
+        """The last action's TP collectives (host ns): compute=emulated holds its compute after them."""
+        return 0 if self.tp_trace is None else self.tp_trace.comm_ns
+
     def run(self, kind: Kind, stage: int, mb: int, fn: Callable, *args, **kwargs) -> Any:
         a = Action(stage, kind, mb)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
@@ -110,7 +114,7 @@ class Timeline:
             self.current = None
         loss_follows = kind is Kind.F and stage == self.last_stage
         if not loss_follows:
-            self.emulator.hold(h0, a)
+            self.emulator.hold(h0 + self._comm_ns(), a)
         event = self.tracer.record(str(a), COMPUTE, kind.value, stage, mb, t0)
         if loss_follows:
             self.open_forward = (event, h0, a)
@@ -124,7 +128,7 @@ class Timeline:
             return
         event, h0, a = self.open_forward
         self.open_forward = None
-        self.emulator.hold(h0, a)
+        self.emulator.hold(h0 + self._comm_ns(), a)
         event[7] = self.tracer.mark()
 
     def timed_recompute(self, key: Hashable, fn: Callable) -> Callable:
