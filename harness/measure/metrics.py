@@ -125,7 +125,7 @@ def measured_cost_model(plan: Plan, costs: dict[str, list[float]], trace: Trace)
         for e in trace:
             if e.kind in ("dp_sync", "tp_sync"):
                 acc[(e.kind, e.stage)].append(e.dur)
-        sync = tuple(sum(statistics.fmean(acc[(k, s)]) for k in ("dp_sync", "tp_sync") if acc[(k, s)])
+        sync = tuple(sum((statistics.fmean(acc[(k, s)]) for k in ("dp_sync", "tp_sync") if acc[(k, s)]), 0.0)
                      for s in range(stages))
     return CostModel(fwd_s=tuple(costs.get("F", [0.0] * stages)), bwd_s=tuple(costs.get("B", [0.0] * stages)),
                      input_grad_s=tuple(costs["I"]) if "I" in costs else None,

@@ -14,6 +14,8 @@ the same batch and sends to the same TP rank of the next stage (sequence shards 
 sequence_parallel). Each stage finishes explicitly (never DDP, which takes no DTensors): at
 its last gradient-making action its gradients are brought to their parameters' placements
 (tp_sync), then, with dp > 1, the local shards are all-reduced over the replicas (dp_sync).
+Each action runs inside harness/parallel/tp_trace.py's TPCommTrace: the TP collectives DTensor
+issues in it are traced as their own slices (category tp), nested in the action's event.
 """
 
 from __future__ import annotations
