@@ -103,6 +103,17 @@ def test_tp2_pp2_traces_two_all_reduces_per_block_and_direction_and_attributes_t
     assert found[(0, 0, "tp_F", 0, 0)] == Counter(all_reduce=1)  # the vocabulary-parallel embedding
     assert found[(1, 0, "tp_F", 3, 0)] == Counter(all_gather=1)  # the LM head's logits
     assert found[(1, 0, "tp_B", 3, 0)] == Counter(all_reduce=1)  # its input gradient
+    # each slice inside its action, one at a time (each collective waited before the next: no
+    # overlap counted twice), so every action's compute is positive
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    spans = {(e["tid"], e["args"]["step"], e["name"]): e for e in events if e.get("cat") == "compute"}
+    for rank in (0, 1):
+        tp = sorted((e for e in events if e.get("cat") == TP and e["tid"] == rank), key=lambda e: e["ts"])
+        for e, after in zip(tp, tp[1:] + [None]):
+            action = spans[(rank, e["args"]["step"], e["name"].split()[1])]
+            assert action["ts"] <= e["ts"] and e["ts"] + e["dur"] <= action["ts"] + action["dur"] + 1e-3
+            assert after is None or e["ts"] + e["dur"] <= after["ts"] + 1e-3
+    assert all(x > 0 for v in m.mean_op_s.values() for x in v)
     assert m.tp_comm_s > 0 and 0 < m.tp_comm_share < 1 and m.tp_sync_s is not None
     a = m.bubble.attribution
     assert a.schedule + a.imbalance + a.communication + a.overhead == pytest.approx(m.bubble.measured)

@@ -7,9 +7,10 @@ reduce-scatters after the row-parallel ones), and their mirror images in the bac
 reach the dispatcher as torch's functional collectives (`torch.ops._c10d_functional.*`, what
 DTensor's redistribute calls), which is what torch's own CommDebugMode counts; `TPCommTrace`
 is a TorchDispatchMode like it that also times them: a slice runs from the collective's
-launch to the end of its `wait_tensor` (functional collectives are asynchronous: DTensor's
-output waits when an op first reads it, which is at once here). Nothing is changed: every op
-is called as it came, so the numerics are those of the untraced run.
+launch to the end of a `wait_tensor` the mode calls right after it (functional collectives
+are asynchronous; DTensor's output waits when an op first reads it, which is the next op here,
+so waiting at once moves the wait by nothing that matters on CPU; on CUDA a wait only orders
+the streams). Every op is called as it came, so the numerics are those of the untraced run.
 
 Naming: `tp <action> L<layer> <collective>` ("tp 1F0 L3 all_reduce"), kind `tp_<F|B|I|W>` (the
 action's kind: the direction), the action's stage and microbatch. The layer is the global
@@ -50,7 +51,7 @@ COLLECTIVES: dict[Any, str] = {
     _funcol.all_to_all_single: "all_to_all",
     _funcol.broadcast: "broadcast",
 }
-_WAIT = _funcol.wait_tensor
+_WAIT = _funcol.wait_tensor.default
 _DESUGARED = (DTensor, AsyncCollectiveTensor)
 
 
@@ -64,8 +65,6 @@ class TPCommTrace(TorchDispatchMode):
         self.action_name, self.kind, self.stage, self.microbatch = "", "", -1, -1
         self.layer = -1  # the global layer whose forward or backward is running
         self.comm_ns = 0  # host ns of the running (or last) action's collectives, launch to wait
-        # id(output) -> (output kept alive so the id stays its own, start token, host ns at launch, name)
-        self.open: dict[int, tuple[torch.Tensor, Any, int, str]] = {}
 
     # -- where we are ------------------------------------------------------------------------
     def watch(self, layers: nn.Sequential, first: int) -> None:
@@ -93,13 +92,8 @@ class TPCommTrace(TorchDispatchMode):
         """Traces the collectives of one compute action (F, B, I, W) while it runs."""
         self.action_name, self.kind, self.stage, self.microbatch = name, kind, stage, microbatch
         self.comm_ns = 0
-        try:
-            with self:
-                yield
-        finally:
-            for _, (_, t0, h0, label) in list(self.open.items()):  # never waited inside: ends with its action
-                self._record(label, t0, h0)
-            self.open.clear()
+        with self:
+            yield
 
     # -- the mode ----------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -112,21 +106,16 @@ class TPCommTrace(TorchDispatchMode):
             return NotImplemented
         packet = func._overloadpacket
         name = COLLECTIVES.get(packet)
-        if name is not None:
-            t0, h0 = self.tracer.mark(), time.perf_counter_ns()
-            out = func(*args, **kwargs)
-            label = f"tp {self.action_name} L{self.layer} {name}"
-            first = out[0] if isinstance(out, (list, tuple)) else out  # coalesced: one slice, from its first wait
-            self.open[id(first)] = (first, t0, h0, label)
-            return out
-        if packet is _WAIT:
-            out = func(*args, **kwargs)
-            opened = self.open.pop(id(args[0]), None)
-            if opened is not None:
-                self._record(opened[3], opened[1], opened[2])
-            return out
-        return func(*args, **kwargs)
-
-    def _record(self, label: str, t0: Any, h0: int) -> None:
-        self.tracer.record(label, TP, f"tp_{self.kind}", self.stage, self.microbatch, t0)
+        if name is None:
+            return func(*args, **kwargs)
+        t0, h0 = self.tracer.mark(), time.perf_counter_ns()
+        out = func(*args, **kwargs)
+        # waited here, at once: the slice ends when the collective does. The consumer's own wait
+        # (the output's first reader) finds it done. A consumer may wait where this mode does not
+        # see it (inside the AsyncCollectiveTensor's dispatch), so a later wait cannot close it
+        for t in out if isinstance(out, (list, tuple)) else (out,):
+            _WAIT(t)
+        self.tracer.record(f"tp {self.action_name} L{self.layer} {name}", TP, f"tp_{self.kind}", self.stage,
+                           self.microbatch, t0)
         self.comm_ns += time.perf_counter_ns() - h0
+        return out
