@@ -106,24 +106,44 @@ def test_tp2_zero_bubble_with_sequence_parallelism_trains_like_one_process(tmp_p
     # zbv's peak is above what its ranks measure at tp=1 too (the theory counts a stage's gradients
     # live from its first I; a V's last stage gets its weight gradients at its W): the parts only
     assert_memory_is_theory(result, ("params", "grads", "optimizer", "activations"))
+    # sequence parallelism's collectives per block and direction (tests/test_tp_comm.py: Megatron's
+    # all-reduces without it): an all-gather before each column-parallel linear, a reduce-scatter
+    # after each row-parallel one, mirrored in the I; the W (weight gradients) communicates nothing
+    tp = [e for e in trace if e.get("cat") == "tp"]
+    model = make_plan(c).model.model
+    for e in tp:
+        assert e["args"]["kind"] in ("tp_F", "tp_I")
+    for i in (i for i in range(4) if model.kind(i) == "block"):
+        for kind in ("tp_F", "tp_I"):
+            got = [e for e in tp if e["name"].split()[2] == f"L{i}" and e["args"]["kind"] == kind
+                   and e["args"]["step"] == 0 and e["args"]["microbatch"] == 0]
+            assert sorted(e["name"].split()[3] for e in got) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
 
 
 @pytest.mark.dist
 def test_pp2_dp2_tp2_trains_like_one_process(tmp_path, config):
     """8 processes: dp groups per tp rank, pipeline peers the same tp rank (p2p=safe: an edge
     group per tp rank, matched in FIFO order with one tag), 1F1B."""
-    _, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", p2p="safe", p2p_single_tag=True,
+    c, result = _run(tmp_path, config, "3d", pp=2, dp=2, tp=2, compute="emulated", p2p="safe", p2p_single_tag=True,
                      **{"schedule.name": "1f1b"})
     assert len(result.metrics.memory.measured_per_rank) == 4  # a TP group's rank 0 stands for it
     assert_memory_is_theory(result)
+    # emulated: an action computes its modeled seconds besides its TP collectives (held after them),
+    # and its compute is measured without them (tests/test_tp_comm.py)
+    modeled = make_plan(c).emulated_cost
+    for kind, seconds in (("F", modeled.fwd_s), ("B", modeled.bwd_s)):
+        assert all(got >= 0.95 * want for got, want in zip(result.metrics.mean_op_s[kind], seconds)), kind
 
 
 @pytest.mark.dist
 def test_pytorch_executor_runs_tp_parallelized_stages_like_one_process(tmp_path, config):
     """torch's PipelineStage on each TP rank's pipeline (its own group), sequence-sharded
     messages, torch's ZB-H1 splitting the TP linears' backward itself."""
-    _run(tmp_path, config, "pytorch", pp=2, tp=2, sequence_parallel=True, executor="pytorch",
-         **{"schedule.name": "zb_h1"})
+    _, result = _run(tmp_path, config, "pytorch", pp=2, tp=2, sequence_parallel=True, executor="pytorch",
+                     **{"schedule.name": "zb_h1"})
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert {e["tid"] for e in trace if e.get("cat") == "tp" and e["args"]["kind"] == "tp_F"} == {0, 1}
+    assert result.metrics.tp_comm_s > 0
 
 
 @pytest.mark.dist

@@ -2,6 +2,11 @@
 
 Step window: earliest pipeline-compute start to latest pipeline-compute end of the step
 over all ranks. Bubble of a rank: 1 - its compute time in the window / window length.
+
+tp > 1: an action's compute time is its span less the TP collectives traced inside it
+(trace.compute_s), so the measured bubble holds the TP communication, and the attribution's
+communication part explains it: its simulation with communication adds each action's
+measured TP collectives to the action's span without counting them as compute.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from harness.schedules.registry import spec
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 from harness.simulate.pricing import dp_sync_theory_s
-from harness.measure.trace import Trace, events_of_step, step_numbers
+from harness.measure.trace import TP, Trace, compute_s, events_of_step, step_numbers, tp_inside
 
 
 def window(trace: Trace) -> tuple[float, float]:
@@ -39,9 +44,10 @@ def bubble_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> lis
     late is the gradient sync's cost (dp_sync), not its peers' bubble."""
     pp = pp or ranks
     busy = [0.0] * ranks
+    inside = tp_inside(step_trace)
     for e in step_trace:
         if e.in_window:
-            busy[e.rank] += e.dur
+            busy[e.rank] += compute_s(e, inside)
     out = []
     for d in range(ranks // pp):
         t0, t1 = window([e for e in step_trace if e.rank // pp == d])
@@ -54,9 +60,10 @@ def steady_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> lis
     rank of its pipeline (first compute start to last compute end; engine.steady_bubble)."""
     pp = pp or ranks
     busy, first, last = [0.0] * ranks, [float("inf")] * ranks, [0.0] * ranks
+    inside = tp_inside(step_trace)
     for e in step_trace:
         if e.in_window:
-            busy[e.rank] += e.dur
+            busy[e.rank] += compute_s(e, inside)
             first[e.rank], last[e.rank] = min(first[e.rank], e.start), max(last[e.rank], e.end)
     out = []
     for d in range(ranks // pp):
@@ -71,12 +78,18 @@ def step_time(step_trace: Trace) -> float:
     return max(e.end for e in step_trace) - min(e.start for e in step_trace)
 
 
-def mean_costs(trace: Trace, stages: int) -> dict[str, list[float]]:
-    """Measured mean seconds per stage and action kind, over the trace's compute actions."""
+def mean_costs(trace: Trace, stages: int, tp: bool = False) -> dict[str, list[float]]:
+    """Measured mean compute seconds per stage and action kind, over the trace's compute
+    actions (their TP collectives left out); tp=True: the mean seconds of the TP collectives
+    inside them instead ({} where none were traced)."""
+    inside = tp_inside(trace)
+    if tp and not inside:
+        return {}
     acc: dict[tuple[str, int], list[float]] = defaultdict(list)
     for e in trace:
         if e.in_window:
-            acc[(e.kind, e.stage)].append(e.dur)
+            own = compute_s(e, inside)
+            acc[(e.kind, e.stage)].append(e.dur - own if tp else own)
     return {k: [statistics.fmean(acc[(k, s)]) if acc[(k, s)] else 0.0 for s in range(stages)]
             for k in {k for k, _ in acc}}
 
@@ -101,17 +114,19 @@ def hop_latency(trace: Trace) -> float | None:
 
 
 def measured_cost_model(plan: Plan, costs: dict[str, list[float]], trace: Trace) -> CostModel:
-    """The run's own measured mean op costs per stage and kind and, with dp > 1, each stage's
-    mean measured gradient sync; its messages priced as the plan prices them."""
+    """The run's own measured mean op costs per stage and kind and, with dp > 1 or tp > 1,
+    each stage's mean measured gradient sync (dp_sync plus tp_sync, after its last backward);
+    its messages priced as the plan prices them."""
     stages = len(plan.stage_layers)
     modeled = plan.sim_cost()
     sync: tuple[float, ...] = ()
-    if plan.config.dp > 1:
-        acc: dict[int, list[float]] = defaultdict(list)
+    if plan.config.dp > 1 or plan.config.tp > 1:
+        acc: dict[tuple[str, int], list[float]] = defaultdict(list)
         for e in trace:
-            if e.kind == "dp_sync":
-                acc[e.stage].append(e.dur)
-        sync = tuple(statistics.fmean(acc[s]) if acc[s] else 0.0 for s in range(stages))
+            if e.kind in ("dp_sync", "tp_sync"):
+                acc[(e.kind, e.stage)].append(e.dur)
+        sync = tuple(sum((statistics.fmean(acc[(k, s)]) for k in ("dp_sync", "tp_sync") if acc[(k, s)]), 0.0)
+                     for s in range(stages))
     return CostModel(fwd_s=tuple(costs.get("F", [0.0] * stages)), bwd_s=tuple(costs.get("B", [0.0] * stages)),
                      input_grad_s=tuple(costs["I"]) if "I" in costs else None,
                      weight_grad_s=tuple(costs["W"]) if "W" in costs else None,
@@ -123,6 +138,33 @@ def measured_cost_model(plan: Plan, costs: dict[str, list[float]], trace: Trace)
 def simulated_bubble(plan: Plan, cost: CostModel) -> float:
     """The bubble of this plan's schedule, simulated on `cost`, measured as the runs are."""
     return engine.bubble(plan.compiled, cost, plan.timing(cost))
+
+
+def with_tp(cost: CostModel, tp: dict[str, list[float]]) -> CostModel:
+    """`cost` with each action's measured TP collectives (mean_costs(tp=True)) added to it."""
+    def plus(base: tuple[float, ...] | None, kind: str) -> tuple[float, ...] | None:
+        extra = tp.get(kind)
+        return base if base is None or extra is None else tuple(b + x for b, x in zip(base, extra))
+
+    return replace(cost, fwd_s=plus(cost.fwd_s, "F"), bwd_s=plus(cost.bwd_s, "B"),
+                   input_grad_s=plus(cost.igrad if "I" in tp else cost.input_grad_s, "I"),
+                   weight_grad_s=plus(cost.wgrad if "W" in tp else cost.weight_grad_s, "W"))
+
+
+def bubbles_less_tp(plan: Plan, cost: CostModel, tp: dict[str, list[float]]) -> tuple[float, float]:
+    """(bubble, steady bubble) simulated on `cost` (with_tp's: actions that hold their TP
+    collectives), each rank's compute counted without them, as the trace's is measured
+    (engine.bubble and engine.steady_bubble, their busy time less the TP seconds)."""
+    c = plan.compiled
+    per = engine.spans(c, cost, plan.timing(cost))
+    codes = {engine.F: "F", engine.B: "B", engine.I: "I", engine.W: "W"}
+    comm = [sum(n * tp[codes[k]][s] for (k, s), n in counts.items() if codes[k] in tp) for counts in c.kind_counts]
+    ran = [x for x, rows in zip(per, c.by_rank) if rows]
+    window = max(x[1] for x in ran) - min(x[0] for x in ran) if ran else 0.0
+    period = max((t1 - t0 for t0, t1, _ in per), default=0.0)
+    bubble = sum(1.0 - (x[2] - m) / window for x, m in zip(per, comm)) / len(per) if window > 0 else 0.0
+    steady = sum(1.0 - (x[2] - m) / period for x, m in zip(per, comm)) / len(per) if period > 0 else 0.0
+    return bubble, steady
 
 
 def theory_costs(plan: Plan, costs: dict[str, list[float]]) -> tuple[float, float]:
@@ -222,13 +264,14 @@ def dp_sync(plan: Plan, trace: Trace, steps: list[int]) -> float | None:
     return _sync_s(trace, steps, "dp_sync")
 
 
-def _sync_s(trace: Trace, steps: list[int], kind: str) -> float:
-    """Median over steps of the longest per-rank total of `kind` events."""
+def _sync_s(trace: Trace, steps: list[int], kind: str, cat: str | None = None) -> float:
+    """Median over steps of the longest per-rank total of `kind` events (cat given: of the
+    events of that category)."""
     per_step = []
     for s in steps:
         totals: dict[int, float] = defaultdict(float)
         for e in trace:
-            if e.step == s and e.kind == kind:
+            if e.step == s and (e.cat == cat if cat else e.kind == kind):
                 totals[e.rank] += e.dur
         per_step.append(max(totals.values(), default=0.0))
     return statistics.median(per_step)
@@ -285,6 +328,9 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     # measured compute per microbatch of each stage: F + B (or F + I + W)
     stage_times = [sum(v[s] for v in costs.values()) for s in range(len(plan.stage_layers))]
     sync = dp_sync(plan, measured_trace, measured_steps)
+    # tp > 1: the TP collectives inside the actions (None where none were traced: executor=sim)
+    tp_comm = _sync_s(measured_trace, measured_steps, "", TP) if c.tp > 1 and any(
+        e.cat == TP for e in measured_trace) else None
     samples = c.microbatches * c.microbatch_size * c.dp
     bubble, hop = _bubble(plan, run, steps, repeats, costs, measured_trace)
     seq = getattr(c.model, "seq", None)
@@ -317,6 +363,8 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
         mean_op_s={k: v for k, v in costs.items() if k in {x.value for x in Kind}},
         **clock_record(run, measured_trace),
         tp_sync_s=_sync_s(measured_trace, measured_steps, "tp_sync") if c.tp > 1 else None,
+        tp_comm_s=tp_comm,
+        tp_comm_share=None if tp_comm is None else tp_comm / st,
     )
 
 
@@ -341,8 +389,14 @@ def _bubble(plan: Plan, run: Execution, steps: list[Trace], repeats: int, costs:
         with_comm = own if hop is None else replace(own, p2p_latency_s=hop, p2p_bandwidth_Bps=float("inf"),
                                                     fwd_hop_s=None, bwd_hop_s=None)
     no_comm = simulated_bubble(plan, own.without_comm())
-    simulated = simulated_bubble(plan, with_comm)
-    steady_simulated = engine.steady_bubble(plan.compiled, with_comm, plan.timing(with_comm))
+    # tp > 1: the TP collectives measured inside each action join the simulation with communication
+    tp = {} if plan.simulated else mean_costs(measured_trace, len(plan.stage_layers), tp=True)
+    if tp:
+        with_comm = with_tp(with_comm, tp)
+        simulated, steady_simulated = bubbles_less_tp(plan, with_comm, tp)
+    else:
+        simulated = simulated_bubble(plan, with_comm)
+        steady_simulated = engine.steady_bubble(plan.compiled, with_comm, plan.timing(with_comm))
     ideal, ideal_costs = bubble_theory(plan, costs)
     return Bubble(
         theory=None if ideal is None else ideal.value,

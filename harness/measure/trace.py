@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# Categories as in trace.json: compute (F/B/I/W and the optimizer), comm (sends posted),
-# wait (blocked in a receive).
-COMPUTE, COMM, WAIT = "compute", "comm", "wait"
+# Categories as in trace.json: compute (F/B/I/W and the optimizer), comm (sends posted, the
+# dp and tp gradient syncs), wait (blocked in a receive), tp (a tensor-parallel collective
+# inside a compute action, nested in its event: harness/parallel/tp_trace.py).
+COMPUTE, COMM, WAIT, TP = "compute", "comm", "wait", "tp"
 # Kinds that are pipeline compute; "optim" is compute but outside the step window.
 PIPELINE_KINDS = frozenset("FBIW")
 
@@ -50,3 +51,25 @@ def events_of_step(trace: Trace, step: int) -> Trace:
 
 def step_numbers(trace: Trace) -> list[int]:
     return sorted({e.step for e in trace})
+
+
+# An action's key on its rank's track: (rank, step, stage, microbatch, kind).
+ActionKey = tuple[int, int, int, int, str]
+
+
+def tp_inside(trace: Trace) -> dict[ActionKey, float]:
+    """Seconds of TP collectives nested in each compute action (cat TP events, kind tp_<K>,
+    carry their action's stage and microbatch). A collective runs inside its action's span,
+    so the action's compute is its span less these (`compute_s`); a checkpointed recompute's
+    collectives count in the B or I that runs the recompute, as the recompute does."""
+    inside: dict[ActionKey, float] = {}
+    for e in trace:
+        if e.cat == TP:
+            key = (e.rank, e.step, e.stage, e.microbatch, e.kind[3:])
+            inside[key] = inside.get(key, 0.0) + e.dur
+    return inside
+
+
+def compute_s(e: Event, inside: dict[ActionKey, float]) -> float:
+    """A compute event's compute seconds: its span less the TP collectives traced inside it."""
+    return e.dur - inside.get((e.rank, e.step, e.stage, e.microbatch, e.kind), 0.0) if inside else e.dur

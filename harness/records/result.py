@@ -145,7 +145,7 @@ class Attribution:
     (harness.measure.metrics.attribution)."""
     schedule: float  # theory: the schedule's own fill and drain on equal stages
     imbalance: float  # the simulator on the measured per-stage costs, no communication, minus schedule
-    communication: float  # the same with the measured hop, minus the previous
+    communication: float  # the same with the measured hop (tp > 1: TP collectives, tp_sync), minus the previous
     overhead: float  # measured minus that simulation: the runtime, jitter, contention
 
 
@@ -154,7 +154,9 @@ class Bubble:
     theory: float | None  # this schedule and (N, M, v) on equal stages in the run's costs; None: no theory
     simulated: float  # the simulator on this run's measured op costs and hop
     measured: float  # mean of measured_per_rank
-    measured_per_rank: list[float]  # [pipeline rank] idle fraction of the step window, mean over replicas
+    # [pipeline rank] idle fraction of the step window, mean over replicas (tp > 1: an action's TP
+    # collectives, traced inside it, count as idle, not compute: harness/measure/trace.py compute_s)
+    measured_per_rank: list[float]
     measured_per_step: list[float]  # [measured step] mean over ranks
     measured_per_global_rank: list[float]  # [global rank]
     theory_source: str | None = None  # "closed form" | "simulated ideal (equal stages, free communication)"
@@ -246,7 +248,7 @@ class Metrics:
     p2p_hop_s: float | None
     stage_time_s: list[float]  # [stage] measured F + B (or F + I + W) per microbatch
     measured_imbalance: float | None
-    mean_op_s: dict[str, list[float]]  # kind -> [stage] mean seconds
+    mean_op_s: dict[str, list[float]]  # kind -> [stage] mean seconds (tp > 1: compute, its TP collectives left out)
     grad_check: GradCheck | None = None
     step_time_iqr_s: list[float] | None = None  # [25th, 75th] percentile of step_times_s
     model_step_s: float | None = None  # the cost model's step (executor=sim's): what this run is held against
@@ -259,9 +261,13 @@ class Metrics:
     clock_note: str | None = None  # the bubble flagged: that uncertainty is > 5% of the mean compute action
     intervals: Intervals | None = None
     # tp > 1: median over measured steps of the longest per-rank total of TP gradient syncs (tp_sync
-    # events: the replicated parameters' partial gradients summed over the TP group); the TP
-    # collectives inside each F and B are in those compute events, not traced apart. None at tp=1
+    # events: the replicated parameters' partial gradients summed over the TP group). None at tp=1
     tp_sync_s: float | None = None
+    # tp > 1: the same of the TP collectives inside the F, B, I and W (trace category "tp", kinds
+    # tp_F, tp_B, tp_I, tp_W: harness/parallel/tp_trace.py), tp_sync not included; and its share of
+    # step_time_s. None at tp=1 and where none were traced (executor=sim)
+    tp_comm_s: float | None = None
+    tp_comm_share: float | None = None
 
 
 @dataclass

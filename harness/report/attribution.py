@@ -1,6 +1,8 @@
 """Why is my bubble bigger than theory? The measured bubble of each run split into its
 schedule's own fill and drain, stage imbalance, communication and runtime overhead
-(harness.measure.metrics.attribution: each part the step from one model to the next)."""
+(harness.measure.metrics.attribution: each part the step from one model to the next). At
+tp > 1 communication holds the TP collectives inside the actions too: the measured compute
+leaves them out, the simulation with communication puts them back (metrics.bubbles_less_tp)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from harness.report.runs import Run, ok, run_id, run_ids, schedule_label
 
 PARTS = (("schedule", "schedule (theory, equal stages)", "#4c72b0"),
          ("imbalance", "stage imbalance", "#dd8452"),
-         ("communication", "communication (measured hop)", "#55a868"),
+         ("communication", "communication (measured hop; tp > 1: TP collectives)", "#55a868"),
          ("overhead", "runtime overhead, jitter, contention", "#c44e52"))
 
 
@@ -28,8 +30,10 @@ def bubble_attribution(runs: list[Run], out: Path) -> Figure:
     fig_ = Figure("Why the bubble is bigger than theory",
                   "Each run's measured bubble (black tick) as the sum of four parts: the schedule's own idle on "
                   "equal stages (theory), what unequal measured stage costs add (the simulator on them, no "
-                  "communication), what the measured hop adds (the simulator with it), and the rest (the runtime, "
-                  "jitter; on oversubscribed runs, marked *, CPU contention). Read the largest part to know what to "
+                  "communication), what the measured hop adds (the simulator with it; at tp > 1 also each action's "
+                  "measured TP collectives, which its compute leaves out, and the TP gradient sync), and the rest "
+                  "(the runtime, jitter; on oversubscribed runs, marked *, CPU contention). Read the largest part to "
+                  "know what to "
                   "fix: more microbatches or another schedule, a better partition, fewer or larger messages, "
                   "or fewer ranks per core.", drawn)
     if skipped := [r for r in runs if r not in drawn]:

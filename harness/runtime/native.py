@@ -14,6 +14,8 @@ the same batch and sends to the same TP rank of the next stage (sequence shards 
 sequence_parallel). Each stage finishes explicitly (never DDP, which takes no DTensors): at
 its last gradient-making action its gradients are brought to their parameters' placements
 (tp_sync), then, with dp > 1, the local shards are all-reduced over the replicas (dp_sync).
+Each action runs inside harness/parallel/tp_trace.py's TPCommTrace: the TP collectives DTensor
+issues in it are traced as their own slices (category tp), nested in the action's event.
 """
 
 from __future__ import annotations
@@ -52,11 +54,19 @@ class NativeRunner:
         self.layers: dict[int, nn.Module] = {}  # stage -> its layers, under any wrapper
         self.precision = Precision(c.dtype)
         self.loss_scale = self.precision.loss_scale
+        # tp > 1: the TP collectives inside each action traced as their own slices (category tp)
+        self.tp_trace = None
+        if c.tp > 1:  # imported here: at tp=1 the rank loop imports none of torch's distributed tensor API
+            from harness.parallel.tp_trace import TPCommTrace
+
+            self.tp_trace = TPCommTrace(self.tracer)
         for s, r in plan.stage_rank.items():
             if r == self.prank:
                 self.layers[s] = plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
                 # the model's TP plan, before the store, checkpointing, the sync and the meter see the layers
                 parallelize_stage(self.layers[s], self.model, ctx.tp_mesh, c.sequence_parallel, plan.stage_layers[s][0])
+                if self.tp_trace is not None:
+                    self.tp_trace.watch(self.layers[s], plan.stage_layers[s][0])
                 attach_store(self.layers[s], self.store)
         self.meter = MemoryMeter(self.parameters())
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
@@ -123,6 +133,16 @@ class NativeRunner:
 
         return run
 
+    def _traced(self, a: Action):
+        """tp > 1: the action's TP collectives traced inside it; else nothing."""
+        return nullcontext() if self.tp_trace is None else self.tp_trace.action(str(a), a.kind.value, a.stage,
+                                                                                a.microbatch)
+
+    def _hold(self, h0: int, a: Action) -> None:
+        """compute=emulated: the action held for its modeled compute after its TP collectives
+        (their host time added: they communicate for real, beside the emulated compute)."""
+        self.emulator.hold(h0 + (self.tp_trace.comm_ns if self.tp_trace is not None else 0), a)
+
     def _call(self, s: int, x: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
         return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
 
@@ -134,12 +154,12 @@ class NativeRunner:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         loss = None
         with (self.meter.saving(key), self.store.defer(key if key in self.deferred else None),
-              GradSync.forward_context(self.modules[s])):
+              GradSync.forward_context(self.modules[s]), self._traced(a)):
             y = self._call(s, x, key)
             if last:  # in fp32, whatever the dtype; fp16 scales it for the backward (precision.py)
                 loss = self.model.loss(y.float(), batch[mb][1]) / self.plan.config.microbatches
                 y = loss * self.loss_scale if self.loss_scale != 1.0 else loss  # x 1.0: an op and a node for nothing
-        self.emulator.hold(h0, a)
+        self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
         self.meter.count_noted()  # what autograd saved during the F: counted outside its event
         self.meter.keep(key, x if s > 0 else None)
@@ -164,9 +184,9 @@ class NativeRunner:
         last = index == self.last_grad[s]
         syncing = (self.sync.backward(self.modules[s], output, last, h0, self.emulator.seconds(a))
                    if self.sync and s not in self.explicit else nullcontext())
-        with self.store.defer(key if a.kind is Kind.I else None), syncing:
+        with self.store.defer(key if a.kind is Kind.I else None), syncing, self._traced(a):
             torch.autograd.backward(output, grad_tensors=grad)
-        self.emulator.hold(h0, a)
+        self._hold(h0, a)
         launched = self.sync.launched if self.sync and s not in self.explicit else None
         self.tracer.record(str(a), COMPUTE, a.kind.value, s, mb, t0, launched)
         if launched is not None:
@@ -182,8 +202,9 @@ class NativeRunner:
 
     def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
-        self.store.run((a.stage, a.microbatch))
-        self.emulator.hold(h0, a)
+        with self._traced(a):
+            self.store.run((a.stage, a.microbatch))
+        self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))
         self._grads_now()

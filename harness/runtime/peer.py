@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Hashable, Iterator
 
 import torch
@@ -93,18 +93,28 @@ class Timeline:
         self.open_forward: tuple[list, int, Action] | None = None  # last stage's F until its loss ran
         # id(works) -> (works kept alive so the id stays theirs, receiving action, fused post's start)
         self.waiting: dict[int, tuple[list[dist.Work], tuple[int, str, int], Any]] = {}
+        self.tp_trace: Any = None  # tp > 1: a TPCommTrace (harness/parallel/tp_trace.py), the actions' TP collectives
+
+    def _traced(self, a: Action) -> Any:
+        return nullcontext() if self.tp_trace is None else self.tp_trace.action(str(a), a.kind.value, a.stage,
+                                                                                a.microbatch)
+
+    def _comm_ns(self) -> int:
+        """The last action's TP collectives (host ns): compute=emulated holds its compute after them."""
+        return 0 if self.tp_trace is None else self.tp_trace.comm_ns
 
     def run(self, kind: Kind, stage: int, mb: int, fn: Callable, *args, **kwargs) -> Any:
+        a = Action(stage, kind, mb)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         self.current = (stage, mb)
         try:
-            out = fn(*args, **kwargs)
+            with self._traced(a):
+                out = fn(*args, **kwargs)
         finally:
             self.current = None
-        a = Action(stage, kind, mb)
         loss_follows = kind is Kind.F and stage == self.last_stage
         if not loss_follows:
-            self.emulator.hold(h0, a)
+            self.emulator.hold(h0 + self._comm_ns(), a)
         event = self.tracer.record(str(a), COMPUTE, kind.value, stage, mb, t0)
         if loss_follows:
             self.open_forward = (event, h0, a)
@@ -118,7 +128,7 @@ class Timeline:
             return
         event, h0, a = self.open_forward
         self.open_forward = None
-        self.emulator.hold(h0, a)
+        self.emulator.hold(h0 + self._comm_ns(), a)
         event[7] = self.tracer.mark()
 
     def timed_recompute(self, key: Hashable, fn: Callable) -> Callable:
@@ -229,8 +239,14 @@ class PeerRunner:
         self.layers: dict[int, nn.Module] = {
             s: plan.model.build_stage(*plan.stage_layers[s], c.seed, self.precision.dtype, device)
             for s, r in sorted(plan.stage_rank.items()) if r == self.rank}
+        if c.tp > 1:  # imported here: at tp=1 the rank loop imports none of torch's distributed tensor API
+            from harness.parallel.tp_trace import TPCommTrace
+
+            self.timeline.tp_trace = TPCommTrace(ctx.tracer)
         for s, m in self.layers.items():  # tp > 1: the model's TP plan, as natively (torchtitan's order: TP, then PP)
             parallelize_stage(m, self.model, ctx.tp_mesh, c.sequence_parallel, plan.stage_layers[s][0])
+            if self.timeline.tp_trace is not None:
+                self.timeline.tp_trace.watch(m, plan.stage_layers[s][0])
         modules = {s: CheckpointedStage(m, c.checkpoint_every, lambda key, t: None, self.timeline.timed_recompute)
                    if c.checkpointing else m for s, m in self.layers.items()}
         group = pipeline_group(ctx.layout, ctx.rank)  # tp > 1: this tp rank's pipeline; tp=1: the world
