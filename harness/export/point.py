@@ -51,8 +51,8 @@ class Recipe:
     checkpoint_every: int
     dtype: str
     optimizer: str
-    lr: float
-    steps: int
+    lr: float | None  # a run's; None: the source sets none (an advice point), the script asks for it
+    steps: int | None  # the steps a run ran (warm-up and measured); None as lr
     model: dict[str, Any]  # the config's model group, as recorded
     layers_per_stage: tuple[int, ...]  # harness layers of each stage, stages in model order
     stage_rank: tuple[int, ...]  # the pipeline rank of each stage
@@ -153,7 +153,7 @@ def from_run(result_path: Path) -> Recipe:
     _checked(result.config, layers)
     recorded = plan.schedule_actions() if plan.schedule is not None else None
     return _recipe(f"run {result_path.parent} (status {result.status})", result.cfg, layers, ranks, recorded,
-                   _launch(result.config.get("cluster"), _world(result.config)))
+                   _launch(result.config.get("cluster"), _world(result.config)), ran=True)
 
 
 # -- an advice point -----------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Recipe:
                           f"as harness.advise writes them: {type(e).__name__} {e})") from None
     ranks = entry.owner(len(layers), typed.pp)
     label = f"{path}#{rank}: {point.get('label', '')}".rstrip(": ")
-    return _recipe(label, typed, layers, ranks, made, _launch(data.get("cluster"), _world(config)))
+    return _recipe(label, typed, layers, ranks, made, _launch(data.get("cluster"), _world(config)), ran=False)
 
 
 def _planned(c: Config) -> Schedule:
@@ -251,7 +251,9 @@ def _checked(c: dict[str, Any], layers: tuple[int, ...]) -> None:
 
 
 def _recipe(source: str, c: Config, layers: tuple[int, ...], ranks: tuple[int, ...],
-            recorded: Schedule | None, launch: Launch) -> Recipe:
+            recorded: Schedule | None, launch: Launch, ran: bool) -> Recipe:
+    """`ran`: a run's record, whose learning rate and step count are its own; an advice point's
+    config has only the harness's defaults for them, which no export may pass off as the point's."""
     if c.schedule.name not in SCHEDULES:
         raise ExportError(f"schedule={c.schedule.name}: not a registered schedule (allowed: "
                           f"{', '.join(SCHEDULES)})")
@@ -260,6 +262,7 @@ def _recipe(source: str, c: Config, layers: tuple[int, ...], ranks: tuple[int, .
         _whole("microbatch_size", point.microbatch_size, 1, MAX_DIM,
                "samples per microbatch (global_batch / (dp x microbatches))")
     return Recipe(source=source, point=point, checkpoint_every=int(c.checkpoint_every or 0), dtype=c.dtype,
-                  optimizer=c.optimizer.name, lr=float(c.lr), steps=int(c.steps), model=asdict(c.model),
+                  optimizer=c.optimizer.name, lr=float(c.lr) if ran else None,
+                  steps=int(c.warmup_steps + c.steps) if ran else None, model=asdict(c.model),
                   layers_per_stage=layers, stage_rank=ranks, recorded_schedule=recorded, launch=launch,
                   tp=int(c.tp or 1), sequence_parallel=bool(c.sequence_parallel))

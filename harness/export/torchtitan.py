@@ -75,10 +75,10 @@ def render(p: Recipe, csv_path: str) -> Export:
     cmd += _data_parallel(p, s)
     cmd.append(["--parallelism.tensor_parallel_degree", str(p.tp), "--parallelism.context_parallel_degree", "1"])
     if p.tp > 1:
-        s.facts.append(f"tensor parallel: tp={p.tp} = tensor_parallel_degree {p.tp}")
-        if not p.sequence_parallel:
-            s.notes.append("sequence_parallel=false: torchtitan's llama TP plan always shards the norms by sequence "
-                           "(sequence parallelism on with TP; it has no switch), so it runs sequence_parallel=true")
+        sp = "enable_sequence_parallel" if p.sequence_parallel else "no-enable_sequence_parallel"
+        cmd.append([f"--parallelism.{sp}"])
+        s.facts.append(f"tensor parallel: tp={p.tp} = tensor_parallel_degree {p.tp}, sequence_parallel="
+                       f"{str(p.sequence_parallel).lower()} = --parallelism.{sp}")
     cmd.append(["--training.local_batch_size", str(p.local_batch), "--training.global_batch_size",
                 str(p.global_batch)])
     pt = p.point
@@ -88,6 +88,7 @@ def render(p: Recipe, csv_path: str) -> Export:
         cmd.append(["--training.seq_len", str(p.model["seq"])])
     cmd.append(_precision(p, s))
     _optimizer(p, s)
+    cmd += _training(p, s)
     cmd.append([ARGS])  # before the subcommand: tyro reads the config's own keys before it
     cmd.append([_checkpointing(p, s)])
     s.command = cmd
@@ -220,11 +221,37 @@ def _precision(p: Recipe, s: Script) -> list[Word]:
 
 
 def _optimizer(p: Recipe, s: Script) -> None:
+    lr = f"the run's lr {p.lr:g}" if p.lr is not None else "a learning rate (the advice point has none)"
     if p.optimizer != "adamw":
         s.cannot.append(f"optimizer={p.optimizer}: torchtitan's optimizer is its config registry's param_groups, "
                         "not a command-line key (llama3's registry: AdamW)")
+    s.notes.append(f"learning rate: constant as in the harness (lr_scheduler: no warm-up, no decay); its value is "
+                   f"the config registry's optimizer.param_groups, not a command-line key in torchtitan {VERSION} "
+                   f"(llama3_8b's AdamW: 3e-4, llama3_70b's: 1.5e-4): for {lr}, set it in a registry function "
+                   "of yours")
+
+
+def _training(p: Recipe, s: Script) -> list[list[Word]]:
+    """Run length, data, logging and outputs: the run's where it has them, else asked for, so none of
+    the registry's (llama3's: c4, its assets path, 1000 steps) stands in unseen."""
+    if p.steps is not None:
+        steps: Word = str(p.steps)
+        log: Word = "1"
+        s.facts.append(f"training: the run's {p.steps} steps (warm-up and measured) as training.steps, logged every "
+                       "step as the harness records them")
     else:
-        s.notes.append("optimizer: the config registry's (llama3's: AdamW), with its learning rate and schedule")
+        steps = s.need("TRAIN_STEPS", "the steps to train")
+        log = s.need("LOG_FREQ", "steps between logged lines")
+    s.facts.append("throughput: torchtitan logs tokens/s, TFLOP/s and MFU on every logged step")
+    return [["--training.steps", steps, "--metrics.log_freq", log],
+            ["--lr_scheduler.warmup_steps", "0", "--lr_scheduler.decay_ratio", "0"],  # constant, as the harness
+            ["--hf_assets_path", s.need("HF_ASSETS_PATH", "the model's Hugging Face assets directory (tokenizer, "
+                                        "config), as torchtitan's download_hf_assets writes it")],
+            ["--dataloader.dataset", s.need("DATASET", "a dataset name torchtitan registers (e.g. c4); the harness "
+                                            "trained on synthetic batches"),
+             "--dataloader.dataset_path", s.need("DATASET_PATH", "where that dataset is on disk")],
+            ["--dump_folder", s.need("OUTPUT_DIR", "torchtitan's outputs; checkpoints go to its checkpoint/"),
+             "--checkpoint.enable", "--checkpoint.interval", s.need("SAVE_INTERVAL", "steps between checkpoints")]]
 
 
 def _checkpointing(p: Recipe, s: Script) -> str:
