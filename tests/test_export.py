@@ -41,9 +41,20 @@ def unwrapped(script: str) -> str:
     return script.replace("\n#   ", " ")
 
 
+PLACEHOLDER = re.compile(r"\$\{([A-Z_]+):\?[^}]*\}|\$([A-Z_]+)")
+FILLED = {"LR": "0.0003", "TRAIN_ITERS": "100", "TRAIN_STEPS": "100", "LOG_INTERVAL": "10", "LOG_FREQ": "10",
+          "SAVE_INTERVAL": "50", "HF_ASSETS_PATH": "."}  # what a user sets; any other: a path
+
+
+def filled(script: str) -> str:
+    """The script with each variable it asks for set, as bash would expand them."""
+    return PLACEHOLDER.sub(lambda m: FILLED.get(m[1] or m[2], f"/set/{m[1] or m[2]}"), script)
+
+
 def command(script: str, after: str) -> list[str]:
-    """The words of the script's command after `after` (the entry point), "$@" left out."""
-    body = script.split("set -euo pipefail\n", 1)[1].replace(" \\\n", " ")
+    """The words of the script's command after `after` (the entry point), "$@" left out, with
+    every variable it asks for set."""
+    body = filled(script).split("set -euo pipefail\n", 1)[1].replace(" \\\n", " ")
     words = shlex.split(body)
     return [w for w in words[words.index(after) + 1:] if w != "$@"]
 
@@ -101,7 +112,10 @@ def test_the_registry_sections_are_trainer_configs_own():
     fields = {n.target.id: ast.unparse(n.annotation) for n in config.body if isinstance(n, ast.AnnAssign)}
     assert fields["training"] == "TrainingConfig" and fields["parallelism"] == "ParallelismConfig"
     assert fields["activation_checkpoint"] == "ActivationCheckpointingConfig"
-    assert fields["hf_assets_path"] == "str"
+    assert fields["hf_assets_path"] == fields["dump_folder"] == "str"
+    assert fields["metrics"] == "MetricsProcessor.Config" and fields["checkpoint"] == "BaseCheckpointManager.Config"
+    assert fields["lr_scheduler"] == "LRSchedulersContainer.Config"
+    assert fields["dataloader"] == "BaseDataLoader.Config"  # llama3's registry: HuggingFaceTextDataLoader's
 
 
 def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys):
@@ -230,6 +244,149 @@ def test_torchtitan_ddp_for_zero_0(capsys, run_dir):
     assert "CANNOT EXPRESS: placement=pp_inner" in unwrapped(out) and "CANNOT EXPRESS: placement=pp_inner" in err
 
 
+def titan_held_to_the_point(c, p, csv: Path | None) -> None:
+    """What torchtitan's ConfigManager made of the overrides is the point: parallel degrees,
+    batch, stages (torchtitan's own split and placement), schedule or its CSV, run length."""
+    from torchtitan.distributed.pipeline_parallel import (_generate_llm_fqn_per_model_part, _get_pipeline_metadata,
+                                                          _get_pp_rank_to_stage_indices_mapping)
+
+    par, t, pt = c.parallelism, c.training, p.point
+    assert (par.pipeline_parallel_degree, par.tensor_parallel_degree, par.context_parallel_degree) == (pt.pp, p.tp, 1)
+    assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree == pt.dp
+    assert par.enable_sequence_parallel == (p.sequence_parallel or p.tp == 1)
+    assert t.local_batch_size == p.local_batch and t.global_batch_size == p.global_batch
+    assert t.steps == (p.steps if p.steps is not None else int(FILLED["TRAIN_STEPS"]))
+    assert c.dump_folder == "/set/OUTPUT_DIR" and c.dataloader.dataset == "/set/DATASET" and c.checkpoint.enable
+    assert (c.lr_scheduler.warmup_steps, c.lr_scheduler.decay_ratio) == (0, 0)
+    if pt.pp == 1:
+        return
+    assert par.pipeline_parallel_microbatch_size == pt.microbatch_size
+    assert t.local_batch_size // par.pipeline_parallel_microbatch_size == pt.microbatches
+    if csv is not None:
+        assert par.pipeline_parallel_schedule_csv == str(csv.resolve()) and from_csv(csv.read_text()) == p.actions()
+    if not p.decoder:
+        return
+    parts = par.module_fqns_per_model_part
+    if parts is None:
+        stages, blocks, first, last = _get_pipeline_metadata(types.SimpleNamespace(pp=pt.pp), par,
+                                                             types.SimpleNamespace(layers=[None] * p.model["layers"]))
+        parts = _generate_llm_fqn_per_model_part(stages, blocks, first, last)
+    assert stage_layers_of_fqns(parts) == list(p.layers_per_stage)
+    if p.placement_kind() != "other":
+        placed = {s: r for r in range(pt.pp) for s in _get_pp_rank_to_stage_indices_mapping(
+            r, pt.pp, par.pipeline_parallel_schedule, len(parts))}
+        assert [placed[s] for s in range(len(parts))] == list(p.stage_rank)
+
+
+def titan_parses(capsys, source: str, out: Path) -> None:
+    code, _, err = export(capsys, "--to", "torchtitan", source, "--out", str(out))
+    assert code == 0, err
+    csv = out.with_name(out.stem + ".schedule.csv")
+    script = out.read_text()
+    titan_held_to_the_point(titan(command(script, "torchtitan.train")), load(source),
+                            csv if "pipeline_parallel_schedule_csv" in script else None)
+
+
+def test_torchtitan_parses_advice_points_of_each_kind_as_the_points(capsys, tmp_path):
+    need_torchtitan()
+    for point in advice_points(SAMPLE[1:]):  # zb_auto's order at pp=32 takes seconds to make: a run's below
+        titan_parses(capsys, f"{ADVICE}#{point['rank']}", tmp_path / f"p{point['rank']}.sh")
+
+
+@pytest.mark.slow
+def test_torchtitan_parses_every_advice_point_as_the_point(capsys, tmp_path):
+    need_torchtitan()
+    for point in advice_points():
+        titan_parses(capsys, f"{ADVICE}#{point['rank']}", tmp_path / f"p{point['rank']}.sh")
+
+
+# a small sweep, every schedule and what an export maps differently: (name, keys)
+SWEEP = [("gpipe", {"schedule.name": "gpipe", "pp": 2, "microbatches": 4}),
+         ("1f1b_ddp", {"schedule.name": "1f1b", "pp": 2, "dp": 2, "microbatches": 4}),
+         ("interleaved_zero1_ckpt", {"schedule.name": "interleaved_1f1b", "pp": 2, "dp": 2, "zero": 1,
+                                     "virtual_stages": 2, "microbatches": 4, "model.layers": 6,
+                                     "checkpointing": True, "placement": "dp_inner"}),
+         ("zb_h1", {"schedule.name": "zb_h1", "pp": 2, "microbatches": 4}),
+         ("zbv", {"schedule.name": "zbv", "pp": 2, "microbatches": 4, "model.layers": 6}),
+         ("dualpipev", {"schedule.name": "dualpipev", "pp": 2, "microbatches": 4, "model.layers": 6}),
+         ("zb_auto", {"schedule.name": "zb_auto", "pp": 2, "microbatches": 4}),
+         ("mlp", {"model.name": "mlp", "schedule.name": "1f1b", "pp": 2, "microbatches": 4})]
+
+
+def test_every_run_of_a_small_sweep_exports_to_both_tools(capsys, run_dir, tmp_path, megatron):
+    """Every run: torchtitan's ConfigManager parses its export as the run; Megatron-LM's
+    parse_args and validate_args take its export as the run, or the export is refused in one
+    line with exit 2 (zb_auto's order, an mlp)."""
+    need_torchtitan()
+    refused = {}
+    for name, keys in SWEEP:
+        run = run_dir(name, **keys)
+        titan_parses(capsys, str(run), tmp_path / f"{name}.sh")
+        code, out, err = export(capsys, "--to", "megatron", str(run))
+        if code == 2:
+            assert out == "" and len(err.strip().splitlines()) == 1 and "allowed" in err, err
+            refused[name] = err.split(":", 2)[1].strip()
+            continue
+        assert code == 0, err
+        held_to_the_point(megatron_validated(megatron, out), load(str(run)))
+    assert refused == {"zb_auto": "schedule=zb_auto", "mlp": "model=mlp"}
+
+
+@pytest.mark.parametrize("sequence_parallel", [True, False])
+def test_tensor_and_sequence_parallelism_in_both_tools_own_parsers(capsys, run_dir, tmp_path, megatron,
+                                                                   sequence_parallel):
+    """tp and sequence_parallel (executor=sim plans no tp, so a run's recipe given them): Megatron's
+    --tensor-model-parallel-size and --sequence-parallel, torchtitan's tensor_parallel_degree and
+    its enable_sequence_parallel switch, each as the tool's own parser reads them."""
+    from dataclasses import replace
+
+    from harness.export import megatron as to_megatron
+    from harness.export import torchtitan as to_titan
+    from harness.export.point import Launch
+
+    need_torchtitan()
+    run = run_dir("tp", pp=2, dp=2, microbatches=4)
+    p = replace(load(str(run)), tp=2, sequence_parallel=sequence_parallel, launch=Launch(1, 8, None))
+    held_to_the_point(megatron_validated(megatron, to_megatron.render(p).text()), p)
+    done = to_titan.render(p, "unused.csv")
+    titan_held_to_the_point(titan(command(done.script.text(), "torchtitan.train")), p, None)
+
+
+def test_what_the_source_does_not_give_the_script_refuses_to_run_without(capsys, run_dir, tmp_path):
+    """An advice point's export asks for its run length, learning rate and logging; a run's
+    takes them from the run; both ask for data, tokenizer and outputs. bash runs the script
+    (a torchrun that prints its arguments) only once each variable is set."""
+    run = run_dir("run", pp=2, microbatches=4, lr=0.003, steps=4, warmup_steps=2)
+    code, ran, err = export(capsys, "--to", "megatron", str(run))
+    assert code == 0, err
+    args = megatron_args(ran)
+    assert args[args.index("--lr") + 1] == "0.003" and args[args.index("--train-iters") + 1] == "6"
+    assert "${LR:?" not in ran and "${DATA_PATH:?" in ran and "--log-throughput" in args
+    code, advised, err = export(capsys, "--to", "megatron", f"{ADVICE}#4")
+    assert code == 0, err
+    header = unwrapped(advised).split("set -euo pipefail", 1)[0]
+    wanted = ["LR", "TRAIN_ITERS", "LOG_INTERVAL", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR", "SAVE_INTERVAL"]
+    assert all(f"# set before running: {var}, " in header for var in wanted)
+    assert "--lr 0.01" not in advised and "--train-iters 5" not in advised and "--mock-data" not in advised
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    script = tmp_path / "m.sh"
+    script.write_text(advised)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HEAD": "node0", "MEGATRON": "/m",
+           **{var: FILLED.get(var, f"/set/{var}") for var in wanted}}
+    import subprocess
+
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.splitlines()
+    assert words[words.index("--data-path") + 1] == "/set/DATA_PATH" and words[words.index("--lr") + 1] == "0.0003"
+    del env["DATA_PATH"]
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "DATA_PATH: see the header of this script" in done.stderr and done.stdout == ""
+
+
 # -- Megatron-LM, by its own parse_args and validate_args -----------------------------------------
 @pytest.fixture(scope="module")
 def megatron():
@@ -285,16 +442,6 @@ def megatron():
     return arguments
 
 
-PLACEHOLDER = re.compile(r"\$\{([A-Z_]+):\?[^}]*\}|\$([A-Z_]+)")
-FILLED = {"LR": "0.0003", "TRAIN_ITERS": "100", "TRAIN_STEPS": "100", "LOG_INTERVAL": "10", "LOG_FREQ": "10",
-          "SAVE_INTERVAL": "50", "HF_ASSETS_PATH": "."}  # what a user sets; any other: a path
-
-
-def filled(script: str) -> str:
-    """The script with each variable it asks for set, as bash would expand them."""
-    return PLACEHOLDER.sub(lambda m: FILLED.get(m[1] or m[2], f"/set/{m[1] or m[2]}"), script)
-
-
 def world_of(script: str) -> int:
     words = shlex.split(filled(script).split("set -euo pipefail\n", 1)[1].replace(" \\\n", " "))
     nodes = int(words[words.index("--nnodes") + 1]) if "--nnodes" in words else 1
@@ -302,23 +449,27 @@ def world_of(script: str) -> int:
 
 
 def megatron_args(script: str) -> list[str]:
-    return command(filled(script), "/set/MEGATRON/pretrain_gpt.py")
+    return command(script, "/set/MEGATRON/pretrain_gpt.py")
 
 
 def megatron_validated(arguments, script: str) -> argparse.Namespace:
     """Megatron-LM's parse_args and validate_args on the script's arguments, with the world size
-    and rank as torchrun gives them (Megatron reads WORLD_SIZE and RANK)."""
-    saved = sys.argv, os.environ.get("WORLD_SIZE"), os.environ.get("RANK")
+    and rank as torchrun gives them (Megatron reads WORLD_SIZE and RANK) and, where validate_args
+    asks the GPU its architecture (tp > 1), a Hopper's (9: the H100 and H200 the example priced)."""
+    exported = dict(re.findall(r"^export (\w+)=(\S+)$", script, re.M))  # the script's own, before the command
+    names = ("WORLD_SIZE", "RANK", *exported)
+    saved, before = (sys.argv, arguments.get_device_arch_version), {k: os.environ.get(k) for k in names}
     sys.argv = ["pretrain_gpt.py", *megatron_args(script)]
-    os.environ["WORLD_SIZE"], os.environ["RANK"] = str(world_of(script)), "0"
+    os.environ.update(exported, WORLD_SIZE=str(world_of(script)), RANK="0")
+    arguments.get_device_arch_version = lambda: 9
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             args = arguments.parse_args()
             arguments.validate_args(args, {})
     finally:
-        sys.argv = saved[0]
-        for key, value in zip(("WORLD_SIZE", "RANK"), saved[1:]):
+        sys.argv, arguments.get_device_arch_version = saved
+        for key, value in before.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
@@ -360,12 +511,19 @@ def held_to_the_point(args: argparse.Namespace, p) -> None:
         assert (args.train_iters, args.lr, args.log_interval) == (p.steps, p.lr, 1)
 
 
-def test_megatron_validates_every_advice_point_or_refuses_it_in_one_line(capsys, megatron):
-    """Every ranked point of the committed example: Megatron-LM's own parse_args and
-    validate_args accept the export and make the point of it, or the export is refused in
-    one line with exit 2 (zb_auto: an order made from costs); every variable it asks for
-    filled as a user would."""
-    points = [p for p in json.loads(ADVICE.read_text())["points"] if p.get("rank")]
+def advice_points(ranks: tuple[int, ...] | None = None) -> list[dict]:
+    return [p for p in json.loads(ADVICE.read_text())["points"] if p.get("rank") and (ranks is None or p["rank"] in ranks)]
+
+
+# one ranked point of each kind in the committed example (make test; make test-all takes every point):
+# zb_auto (refused by Megatron), dualpipev zero=0 pp_inner (Megatron's nearest, no distributed
+# optimizer, its tp-pp-dp mapping), interleaved 1F1B zero=1 (a layout over 32 stages), zbv, 1F1B
+SAMPLE = (1, 12, 4, 8, 17)
+
+
+def megatron_validates_or_refuses(capsys, arguments, points: list[dict]) -> list[str]:
+    """Each point exported and run through Megatron-LM's parse_args and validate_args and held to
+    the point, or refused in one line with exit 2; the refused points' schedules."""
     refused = []
     for point in points:
         code, out, err = export(capsys, "--to", "megatron", f"{ADVICE}#{point['rank']}")
@@ -375,7 +533,19 @@ def test_megatron_validates_every_advice_point_or_refuses_it_in_one_line(capsys,
             continue
         assert code == 0, err
         assert "${LR:?" in out and "${TRAIN_ITERS:?" in out and "--mock-data" not in out
-        held_to_the_point(megatron_validated(megatron, out), load(f"{ADVICE}#{point['rank']}"))
+        held_to_the_point(megatron_validated(arguments, out), load(f"{ADVICE}#{point['rank']}"))
+    return refused
+
+
+def test_megatron_validates_advice_points_of_each_kind_or_refuses_zb_auto(capsys, megatron):
+    assert megatron_validates_or_refuses(capsys, megatron, advice_points(SAMPLE)) == ["zb_auto"]
+
+
+@pytest.mark.slow
+def test_megatron_validates_every_advice_point_or_refuses_it_in_one_line(capsys, megatron):
+    """Every ranked point of the committed example (the sample above is make test's share)."""
+    points = advice_points()
+    refused = megatron_validates_or_refuses(capsys, megatron, points)
     assert set(refused) == {"zb_auto"} and len(refused) == sum(p["overrides"]["schedule"] == "zb_auto" for p in points)
 
 

@@ -41,6 +41,9 @@ def render(p: Recipe) -> Script:
     if p.sequence_parallel:
         cmd.append(["--sequence-parallel"])
     if p.tp > 1:
+        # validate_args refuses TP without it before Blackwell (one CUDA queue keeps TP's communication ahead of
+        # the GEMMs it overlaps)
+        s.environment["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
         s.facts.append(f"tensor parallel: tp={p.tp} = --tensor-model-parallel-size {p.tp}, sequence_parallel="
                        f"{str(p.sequence_parallel).lower()}"
                        + (" = --sequence-parallel" if p.sequence_parallel else ""))

@@ -34,6 +34,7 @@ class Script:
     notes: list[str] = field(default_factory=list)  # where the tool does the same thing differently
     command: list[list[Word]] = field(default_factory=list)  # one line of the command each
     needs: dict[str, str] = field(default_factory=dict)  # environment variable -> what the user sets it to
+    environment: dict[str, str] = field(default_factory=dict)  # exported before the command: what the tool reads
 
     def need(self, var: str, what: str) -> Raw:
         """A value the source does not give and the tool needs to start: the environment variable
@@ -51,6 +52,7 @@ class Script:
             out += textwrap.wrap(line, WIDTH - 2, initial_indent="# ", subsequent_indent="#   ",
                                  break_on_hyphens=False, break_long_words=False)
         out.append("set -euo pipefail")
+        out += [f"export {var}={shlex.quote(value)}" for var, value in self.environment.items()]
         out.append(" \\\n  ".join(" ".join(_word(w) for w in group) for group in self.command if group))
         return "\n".join(out) + "\n"
 
@@ -64,7 +66,7 @@ def torchrun(launch: Launch) -> list[Word]:
     if launch.nodes == 1:
         return ["torchrun", "--standalone", "--nproc-per-node", str(launch.per_node)]
     return ["torchrun", "--nnodes", str(launch.nodes), "--nproc-per-node", str(launch.per_node),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", Raw('"${HEAD:?set HEAD to the first node\'s address}:29500"')]
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", Raw('"${HEAD:?set HEAD to the address of the first node}:29500"')]
 
 
 def launch_fact(launch: Launch, world: int) -> str:
