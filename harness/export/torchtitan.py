@@ -18,6 +18,8 @@ Decisions, each said in the script's header:
   point's actions as torch's compute_only CSV (pipeline_parallel_schedule_csv).
 - precision: dtype=bf16 is fp32 master weights with bf16 compute parameters
   (training.dtype float32, mixed_precision_param bfloat16); torchtitan has no fp16.
+- what the source does not give (data, assets, outputs; an advice point's steps and logging) is
+  an environment variable the script refuses to run without, never the registry's default.
 """
 
 from __future__ import annotations
@@ -221,14 +223,17 @@ def _precision(p: Recipe, s: Script) -> list[Word]:
 
 
 def _optimizer(p: Recipe, s: Script) -> None:
-    lr = f"the run's lr {p.lr:g}" if p.lr is not None else "a learning rate (the advice point has none)"
     if p.optimizer != "adamw":
         s.cannot.append(f"optimizer={p.optimizer}: torchtitan's optimizer is its config registry's param_groups, "
                         "not a command-line key (llama3's registry: AdamW)")
-    s.notes.append(f"learning rate: constant as in the harness (lr_scheduler: no warm-up, no decay); its value is "
-                   f"the config registry's optimizer.param_groups, not a command-line key in torchtitan {VERSION} "
-                   f"(llama3_8b's AdamW: 3e-4, llama3_70b's: 1.5e-4): for {lr}, set it in a registry function "
-                   "of yours")
+    where = (f"torchtitan {VERSION} takes the learning rate's value from the config registry's "
+             "optimizer.param_groups, not the command line (llama3_8b's AdamW: 3e-4, llama3_70b's: 1.5e-4)")
+    if p.lr is not None:  # a run's own lr, which the command cannot carry
+        s.cannot.append(f"lr={p.lr:g}: {where}; set it in a registry function of yours (the schedule below is "
+                        "constant, as the harness's)")
+    else:
+        s.notes.append(f"learning rate: the advice point has none; {where}: set yours there (the schedule below is "
+                       "constant, as the harness's)")
 
 
 def _training(p: Recipe, s: Script) -> list[list[Word]]:
