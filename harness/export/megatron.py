@@ -1,5 +1,5 @@
 """A point as Megatron-LM's pretrain_gpt.py arguments, as megatron/training/arguments.py of
-megatron-core VERSION defines them (tests/test_export.py runs that parser's parse_args and
+megatron-core (VERSION) defines them (tests/test_export.py runs that parser's parse_args and
 validate_args on every export).
 
 Megatron-LM runs 1F1B, or interleaved 1F1B with virtual pipeline stages; it has no GPipe, no
@@ -101,7 +101,7 @@ def _training(p: Recipe, s: Script) -> list[list[Word]]:
                                       "extension; the harness trained on synthetic batches)"),
                 "--tokenizer-type", "HuggingFaceTokenizer",
                 "--tokenizer-model", s.need("TOKENIZER_MODEL", "a Hugging Face tokenizer name or directory")])
-    ckpt = s.need("CHECKPOINT_DIR", "where Megatron saves and resumes from (empty: a fresh start)")
+    ckpt = s.need("CHECKPOINT_DIR", "where Megatron saves and resumes from (an empty directory: a fresh start)")
     out.append(["--save", ckpt, "--load", Raw('"$CHECKPOINT_DIR"'),
                 "--save-interval", s.need("SAVE_INTERVAL", "steps between checkpoints")])
     s.facts.append(f"data: the model's vocabulary is the tokenizer's (the point's: {p.model['vocab']})")
