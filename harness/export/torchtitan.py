@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.export.point import Recipe
-from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
+from harness.export.script import ARGS, Script, Word, launch_fact, torchrun
 from harness.schedules.csv_io import to_csv
 from harness.schedules.registry import spec
 
@@ -111,8 +111,8 @@ def _model(p: Recipe, s: Script) -> list[Word]:
                     "from a config registry function (model_spec is not a command-line key) and none of "
                     f"torchtitan's has this one's shape ({_shape(m)}); set TORCHTITAN_MODULE and TORCHTITAN_CONFIG "
                     "to a registry function of yours that builds it")
-    return ["--module", Raw('"${TORCHTITAN_MODULE:?a torchtitan model module with a config_registry}"'),
-            "--config", Raw('"${TORCHTITAN_CONFIG:?a config_registry function building this model}"')]
+    return ["--module", s.need("TORCHTITAN_MODULE", "a torchtitan model module with a config_registry"),
+            "--config", s.need("TORCHTITAN_CONFIG", "a config_registry function of it building this model")]
 
 
 def _shape(m: dict) -> str:
