@@ -33,12 +33,15 @@ FAST := not (dist or sweep or bench or gpu or grid or subprocess or slow)
 PYTEST_ARGS ?=
 
 # requirements-test.txt: test-only extras (torchtitan's config parser for tests/test_export.py), --no-deps so
-# that no pin of requirements.txt (torch) moves
-$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
+# that no pin of requirements.txt (torch) moves; requirements-megatron.txt: Megatron-LM's parser, unpacked
+# beside the venv (see that file)
+$(VENV)/.installed: requirements.txt requirements-test.txt requirements-megatron.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+		--target $(VENV)/megatron --upgrade -r requirements-megatron.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 

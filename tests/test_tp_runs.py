@@ -78,8 +78,7 @@ def test_exports_carry_tp_and_sequence_parallel():
     assert "--tensor-model-parallel-size 2" in text and "--sequence-parallel" in text
     assert f"= {p.world} / (2 x {p.point.pp})" in text.replace("\n#   ", " ")
     off = torchtitan.render(replace(p, sequence_parallel=False), "s.csv").script.text()
-    assert "--parallelism.tensor_parallel_degree 2" in off
-    assert "torchtitan's llama TP plan always shards the norms by sequence" in off.replace("\n#   ", " ")
+    assert "--parallelism.tensor_parallel_degree 2" in off and "--parallelism.no-enable_sequence_parallel" in off
     assert "--sequence-parallel" not in megatron.render(replace(p, sequence_parallel=False)).text()
 
 

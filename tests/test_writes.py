@@ -577,7 +577,7 @@ def test_report_export_and_profile_outputs_never_write_through_a_link(tmp_path, 
 
     capsys.readouterr()
     advice = ROOT / "reports" / "advise_example" / "advice.json"
-    assert export(["--to", "megatron", f"{advice}#1", "--out", str(tmp_path / "p.json")]) == 2
+    assert export(["--to", "megatron", f"{advice}#4", "--out", str(tmp_path / "p.json")]) == 2  # #1 is zb_auto: refused
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a symlink is there, not replaced" in err, err
     assert theirs.read_text() == "theirs"

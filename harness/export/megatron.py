@@ -1,31 +1,38 @@
-"""A point as Megatron-LM's pretrain_gpt.py arguments, as the parser of
-megatron/training/arguments.py defines them at the commit below (tests/data/megatron_*.py.txt
-hold that parser and the dataclasses it generates flags from; tests/test_export.py checks every
-flag written here against them).
+"""A point as Megatron-LM's pretrain_gpt.py arguments, as megatron/training/arguments.py of
+megatron-core (VERSION) defines them (tests/test_export.py runs that parser's parse_args and
+validate_args on every export).
 
 Megatron-LM runs 1F1B, or interleaved 1F1B with virtual pipeline stages; it has no GPipe, no
-zero-bubble and no V-shape schedule: such a point is written as the nearest Megatron schedule on
-the same stages, with a CANNOT EXPRESS line saying what differs. Any split of layers is
-expressible: its even split (with or without the embedding and the loss counted as layers),
-uneven first and last stages, or, for anything else, --pipeline-model-parallel-layout.
+zero-bubble and no V-shape schedule: such a named schedule is written as the nearest Megatron
+schedule on the same stages, with a CANNOT EXPRESS line saying what differs. An order made from
+the point's costs (zb_auto) has no nearest named schedule and a model that is no decoder has no
+shape to give: both are refused (ExportError, exit 2). Any split of layers is expressible: its
+even split (with or without the embedding and the loss counted as layers), uneven first and
+last stages, or, for anything else, --pipeline-model-parallel-layout.
+
+What the source does not give (data, tokenizer, checkpoint directory, and for an advice point
+the run length, learning rate and logging interval) is an environment variable the script
+refuses to run without.
 """
 
 from __future__ import annotations
 
 from itertools import groupby
 
-from harness.export.point import Recipe
+from harness.export.point import ExportError, Recipe
 from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
-from harness.schedules.registry import FILE, spec
+from harness.schedules.registry import COUNTS, SCHEDULES, spec
 
-COMMIT = "d98e8a64ddf3 (2026-08-22)"  # NVIDIA/Megatron-LM, the parser these flags are checked against
+VERSION = "0.19.2"  # megatron-core, whose megatron/training/arguments.py these flags are validated by
 LLAMA_LIKE = ("llama", "mistral", "qwen2")  # RMSNorm, SwiGLU, rotary positions, no linear biases
 FP16_LOSS_SCALE = "1024"  # the harness's fixed fp16 loss scale (harness/runtime/precision.py)
 
 
 def render(p: Recipe) -> Script:
-    s = Script(f"harness export -> Megatron-LM pretrain_gpt.py (arguments as megatron/training/arguments.py at "
-               f"{COMMIT} defines them)", p.source)
+    """The script for `p`; ExportError where Megatron-LM cannot run anything like it."""
+    _refuse(p)
+    s = Script(f"harness export -> Megatron-LM pretrain_gpt.py (arguments as megatron/training/arguments.py of "
+               f"megatron-core {VERSION} defines them)", p.source)
     s.facts.append(launch_fact(p.launch, p.world))
     pt = p.point
     cmd: list[list[Word]] = [torchrun(p.launch),
@@ -34,6 +41,9 @@ def render(p: Recipe) -> Script:
     if p.sequence_parallel:
         cmd.append(["--sequence-parallel"])
     if p.tp > 1:
+        # validate_args refuses TP without it before Blackwell (one CUDA queue keeps TP's communication ahead of
+        # the GEMMs it overlaps)
+        s.environment["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
         s.facts.append(f"tensor parallel: tp={p.tp} = --tensor-model-parallel-size {p.tp}, sequence_parallel="
                        f"{str(p.sequence_parallel).lower()}"
                        + (" = --sequence-parallel" if p.sequence_parallel else ""))
@@ -50,17 +60,52 @@ def render(p: Recipe) -> Script:
     cmd += _recompute(p, s)
     cmd += _data_parallel(p, s)
     cmd += _precision(p, s)
-    cmd.append(["--optimizer", "sgd" if p.optimizer == "sgd" else "adam", "--lr", f"{p.lr:g}"])
-    if p.optimizer not in ("sgd", "adamw"):
-        s.cannot.append(f"optimizer={p.optimizer}: Megatron's --optimizer takes adam (AdamW), sgd and others; "
-                        "below: adam")
-    if p.decoder:
-        # synthetic data, as the harness's runs; replace with --data-path and a tokenizer of yours
-        cmd.append(["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(p.model["vocab"]),
-                    "--train-iters", str(p.steps)])
+    cmd += _training(p, s)
     cmd.append([ARGS])
     s.command = cmd
     return s
+
+
+def _refuse(p: Recipe) -> None:
+    if not p.decoder:
+        raise ExportError(f"model={p.model.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder "
+                          "(embedding, transformer layers, output layer) and this model is none, so there is no "
+                          "shape to give (allowed: --to megatron for model=gpt or model=hf)")
+    if spec(p.point.schedule).needs != COUNTS:
+        named = ", ".join(n for n in SCHEDULES if spec(n).needs == COUNTS)
+        raise ExportError(f"schedule={p.point.schedule}: an order made from the point's costs or read from a file, "
+                          "which Megatron-LM cannot take (its schedules are 1F1B and interleaved 1F1B, none read "
+                          f"as data); --to torchtitan runs it as a CSV (allowed with --to megatron: {named})")
+
+
+def _training(p: Recipe, s: Script) -> list[list[Word]]:
+    """Optimizer, run length, data, logging and checkpoints: the run's where it has them, else asked for."""
+    out: list[list[Word]] = []
+    lr: Word = f"{p.lr:g}" if p.lr is not None else s.need("LR", "the learning rate (the advice point has none)")
+    out.append(["--optimizer", "sgd" if p.optimizer == "sgd" else "adam", "--lr", lr, "--lr-decay-style",
+                "constant"])
+    if p.optimizer not in ("sgd", "adamw"):
+        s.cannot.append(f"optimizer={p.optimizer}: Megatron's --optimizer takes adam (AdamW), sgd and others; "
+                        "below: adam")
+    if p.steps is not None:
+        iters: Word = str(p.steps)
+        log: Word = "1"
+        s.facts.append(f"training: the run's lr {p.lr:g}, constant as in the harness; its {p.steps} steps (warm-up "
+                       "and measured) as --train-iters; logged every step as the harness records them")
+    else:
+        iters = s.need("TRAIN_ITERS", "the steps to train")
+        log = s.need("LOG_INTERVAL", "steps between logged lines")
+        s.facts.append("training: constant learning rate as in the harness (--lr-decay-style constant)")
+    out.append(["--train-iters", iters, "--log-interval", log, "--log-throughput"])
+    out.append(["--data-path", s.need("DATA_PATH", "your Megatron dataset prefix (the .bin/.idx pair without "
+                                      "extension; the harness trained on synthetic batches)"),
+                "--tokenizer-type", "HuggingFaceTokenizer",
+                "--tokenizer-model", s.need("TOKENIZER_MODEL", "a Hugging Face tokenizer name or directory")])
+    ckpt = s.need("CHECKPOINT_DIR", "where Megatron saves and resumes from (an empty directory: a fresh start)")
+    out.append(["--save", ckpt, "--load", Raw('"$CHECKPOINT_DIR"'),
+                "--save-interval", s.need("SAVE_INTERVAL", "steps between checkpoints")])
+    s.facts.append(f"data: the model's vocabulary is the tokenizer's (the point's: {p.model['vocab']})")
+    return out
 
 
 def _schedule(p: Recipe, s: Script) -> int:
@@ -68,9 +113,7 @@ def _schedule(p: Recipe, s: Script) -> int:
     per_rank = p.stages // p.point.pp
     if p.point.schedule in ("1f1b", "interleaved_1f1b"):
         return per_rank
-    if spec(p.point.schedule).needs == FILE:
-        what = "Megatron-LM takes no schedule as data"
-    elif p.placement_kind() == "v":
+    if p.placement_kind() == "v":
         what = f"Megatron-LM has no zero-bubble or V-shape schedule (schedule={p.point.schedule})"
     else:
         what = f"Megatron-LM has no {p.point.schedule} schedule (its pipeline schedules are 1F1B and interleaved 1F1B)"
@@ -96,10 +139,6 @@ def _interleaving(p: Recipe, s: Script) -> list[list[Word]]:
 
 def _layers(p: Recipe, chunks: int, s: Script) -> list[list[Word]]:
     lps = list(p.layers_per_stage)
-    if not p.decoder:
-        s.cannot.append(f"layers per stage {lps}: Megatron splits decoders (embedding, transformer layers, "
-                        f"output layer); model={p.model.get('name')} is not one, so no split is given")
-        return [] if chunks == 1 else [["--num-virtual-stages-per-pipeline-rank", str(chunks)]]
     blocks = list(p.blocks_per_stage())
     vpp = [] if chunks == 1 else ["--num-virtual-stages-per-pipeline-rank", str(chunks)]
     if len(set(blocks)) == 1:
@@ -138,10 +177,6 @@ def layout(layers_per_stage: list[int]) -> str:
 
 def _model(p: Recipe, s: Script) -> list[list[Word]]:
     m = p.model
-    if not p.decoder:
-        s.cannot.append(f"model={m.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder; this "
-                        "model has no transformer shape to give (the parallel settings below are the point's)")
-        return []
     heads, kv = m["heads"], m.get("kv_heads") or m["heads"]
     ffn = m.get("ffn") or 4 * m["hidden"]
     args: list[list[Word]] = [["--num-layers", str(m["layers"]), "--hidden-size", str(m["hidden"]),
@@ -158,14 +193,14 @@ def _model(p: Recipe, s: Script) -> list[list[Word]]:
                        f"{' but QKV' if arch == 'qwen2' else ''}; the rotary base and the norm epsilon are Megatron's")
     s.facts.append(f"model: {m['name']}{' ' + arch if m['name'] == 'hf' else ''}, {m['layers']} transformer layers, "
                    f"hidden {m['hidden']}, {heads} heads, {kv} kv heads, ffn {ffn}, sequence {m['seq']}, vocab "
-                   f"{m['vocab']} (NullTokenizer on mock data below, as the harness's synthetic batches)")
+                   f"{m['vocab']}")
     return args
 
 
 def _recompute(p: Recipe, s: Script) -> list[list[Word]]:
     if not p.point.checkpointing:
         return []
-    per = max(p.blocks_per_stage()) if p.decoder and p.checkpoint_every == 0 else max(1, p.checkpoint_every)
+    per = max(p.blocks_per_stage()) if p.checkpoint_every == 0 else max(1, p.checkpoint_every)
     segment = "each stage's transformer layers as one segment" if p.checkpoint_every == 0 else \
         f"segments of {p.checkpoint_every} layers"
     s.facts.append(f"checkpointing: full recompute of {segment} (--recompute-method uniform, {per} layers a unit)")

@@ -8,9 +8,11 @@ value and what is allowed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +53,17 @@ class Recipe:
     checkpoint_every: int
     dtype: str
     optimizer: str
-    lr: float
-    steps: int
+    lr: float | None  # a run's; None: the source sets none (an advice point), the script asks for it
+    steps: int | None  # the steps a run ran (warm-up and measured); None as lr
     model: dict[str, Any]  # the config's model group, as recorded
     layers_per_stage: tuple[int, ...]  # harness layers of each stage, stages in model order
     stage_rank: tuple[int, ...]  # the pipeline rank of each stage
-    recorded_schedule: Schedule | None  # the actions a run ran (or an advice point's made order); None: its counts'
+    recorded_schedule: Schedule | None  # the actions a run ran; None: made by `order`, else from the counts
     launch: Launch
     tp: int = 1  # tensor-parallel ranks inside each stage
     sequence_parallel: bool = False
+    # an advice point's order made from its costs, planned only when an export writes it (seconds at pp=32)
+    order: Callable[[], Schedule] | None = field(default=None, compare=False)
 
     @property
     def stages(self) -> int:
@@ -104,6 +108,8 @@ class Recipe:
         registry builds them from the counts."""
         if self.recorded_schedule is not None:
             return self.recorded_schedule
+        if self.order is not None:
+            return self.order()
         return build(self.point.schedule, self.point.pp, self.point.microbatches, self.point.virtual_stages)
 
 
@@ -153,7 +159,7 @@ def from_run(result_path: Path) -> Recipe:
     _checked(result.config, layers)
     recorded = plan.schedule_actions() if plan.schedule is not None else None
     return _recipe(f"run {result_path.parent} (status {result.status})", result.cfg, layers, ranks, recorded,
-                   _launch(result.config.get("cluster"), _world(result.config)))
+                   _launch(result.config.get("cluster"), _world(result.config)), ran=True)
 
 
 # -- an advice point -----------------------------------------------------------------------------
@@ -174,7 +180,7 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Recipe:
         _checked(config, layers)  # before anything is planned from them
         entry = spec(typed.schedule.name)
         # an order made from the point's costs: made again as the planner made it (its plan, executor=sim)
-        made = None if entry.needs == COUNTS else _planned(typed)
+        order = None if entry.needs == COUNTS else functools.cache(lambda: _planned(typed, f"{path}#{rank}"))
     except ExportError:
         raise
     except ConfigError as e:
@@ -184,14 +190,18 @@ def from_advice(path: Path, data: dict, rank_text: str) -> Recipe:
                           f"as harness.advise writes them: {type(e).__name__} {e})") from None
     ranks = entry.owner(len(layers), typed.pp)
     label = f"{path}#{rank}: {point.get('label', '')}".rstrip(": ")
-    return _recipe(label, typed, layers, ranks, made, _launch(data.get("cluster"), _world(config)))
+    return replace(_recipe(label, typed, layers, ranks, None, _launch(data.get("cluster"), _world(config)), ran=False),
+                   order=order)
 
 
-def _planned(c: Config) -> Schedule:
+def _planned(c: Config, source: str) -> Schedule:
     """The actions `python -m harness executor=sim` plans for `c` (imports the planner, and torch, only here)."""
     from harness.planning.plan import make_plan
 
-    return make_plan(replace(c, executor="sim")).schedule
+    try:
+        return make_plan(replace(c, executor="sim")).schedule
+    except ConfigError as e:
+        raise ExportError(f"source={source}: {e}") from None
 
 
 def _config(keys: list[str], overrides: dict[str, Any]) -> Config:
@@ -251,7 +261,9 @@ def _checked(c: dict[str, Any], layers: tuple[int, ...]) -> None:
 
 
 def _recipe(source: str, c: Config, layers: tuple[int, ...], ranks: tuple[int, ...],
-            recorded: Schedule | None, launch: Launch) -> Recipe:
+            recorded: Schedule | None, launch: Launch, ran: bool) -> Recipe:
+    """`ran`: a run's record, whose learning rate and step count are its own; an advice point's
+    config has only the harness's defaults for them, which no export may pass off as the point's."""
     if c.schedule.name not in SCHEDULES:
         raise ExportError(f"schedule={c.schedule.name}: not a registered schedule (allowed: "
                           f"{', '.join(SCHEDULES)})")
@@ -260,6 +272,7 @@ def _recipe(source: str, c: Config, layers: tuple[int, ...], ranks: tuple[int, .
         _whole("microbatch_size", point.microbatch_size, 1, MAX_DIM,
                "samples per microbatch (global_batch / (dp x microbatches))")
     return Recipe(source=source, point=point, checkpoint_every=int(c.checkpoint_every or 0), dtype=c.dtype,
-                  optimizer=c.optimizer.name, lr=float(c.lr), steps=int(c.steps), model=asdict(c.model),
+                  optimizer=c.optimizer.name, lr=float(c.lr) if ran else None,
+                  steps=int(c.warmup_steps + c.steps) if ran else None, model=asdict(c.model),
                   layers_per_stage=layers, stage_rank=ranks, recorded_schedule=recorded, launch=launch,
                   tp=int(c.tp or 1), sequence_parallel=bool(c.sequence_parallel))

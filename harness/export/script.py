@@ -22,7 +22,7 @@ class Raw:
 
 
 Word = str | Raw
-ARGS = Raw('"$@"')  # the script's own arguments, passed on (data, tokenizer, steps: the user's)
+ARGS = Raw('"$@"')  # the script's own arguments, passed on (anything more the user adds)
 
 
 @dataclass
@@ -33,15 +33,26 @@ class Script:
     cannot: list[str] = field(default_factory=list)  # what the tool cannot express (said, never silent)
     notes: list[str] = field(default_factory=list)  # where the tool does the same thing differently
     command: list[list[Word]] = field(default_factory=list)  # one line of the command each
+    needs: dict[str, str] = field(default_factory=dict)  # environment variable -> what the user sets it to
+    environment: dict[str, str] = field(default_factory=dict)  # exported before the command: what the tool reads
+
+    def need(self, var: str, what: str) -> Raw:
+        """A value the source does not give and the tool needs to start: the environment variable
+        the user sets, which bash refuses to run without (`${VAR:?...}`), so no default of the
+        tool's or ours stands in for it unseen. Said in the header too."""
+        self.needs[var] = what
+        return Raw(f'"${{{var}:?see the header of this script}}"')
 
     def text(self) -> str:
-        head = [self.title, f"source: {self.source}", *self.facts, *(CANNOT + c for c in self.cannot),
-                *(f"note: {n}" for n in self.notes)]
+        head = [self.title, f"source: {self.source}",
+                *(f"set before running: {var}, {what}" for var, what in self.needs.items()),
+                *self.facts, *(CANNOT + c for c in self.cannot), *(f"note: {n}" for n in self.notes)]
         out = ["#!/usr/bin/env bash"]
         for line in head:
             out += textwrap.wrap(line, WIDTH - 2, initial_indent="# ", subsequent_indent="#   ",
                                  break_on_hyphens=False, break_long_words=False)
         out.append("set -euo pipefail")
+        out += [f"export {var}={shlex.quote(value)}" for var, value in self.environment.items()]
         out.append(" \\\n  ".join(" ".join(_word(w) for w in group) for group in self.command if group))
         return "\n".join(out) + "\n"
 
@@ -55,7 +66,7 @@ def torchrun(launch: Launch) -> list[Word]:
     if launch.nodes == 1:
         return ["torchrun", "--standalone", "--nproc-per-node", str(launch.per_node)]
     return ["torchrun", "--nnodes", str(launch.nodes), "--nproc-per-node", str(launch.per_node),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", Raw('"${HEAD:?set HEAD to the first node\'s address}:29500"')]
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", Raw('"${HEAD:?set HEAD to the address of the first node}:29500"')]
 
 
 def launch_fact(launch: Launch, world: int) -> str:

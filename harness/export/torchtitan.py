@@ -18,6 +18,8 @@ Decisions, each said in the script's header:
   point's actions as torch's compute_only CSV (pipeline_parallel_schedule_csv).
 - precision: dtype=bf16 is fp32 master weights with bf16 compute parameters
   (training.dtype float32, mixed_precision_param bfloat16); torchtitan has no fp16.
+- what the source does not give (data, assets, outputs; an advice point's steps and logging) is
+  an environment variable the script refuses to run without, never the registry's default.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.export.point import Recipe
-from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
+from harness.export.script import ARGS, Script, Word, launch_fact, torchrun
 from harness.schedules.csv_io import to_csv
 from harness.schedules.registry import spec
 
@@ -75,10 +77,10 @@ def render(p: Recipe, csv_path: str) -> Export:
     cmd += _data_parallel(p, s)
     cmd.append(["--parallelism.tensor_parallel_degree", str(p.tp), "--parallelism.context_parallel_degree", "1"])
     if p.tp > 1:
-        s.facts.append(f"tensor parallel: tp={p.tp} = tensor_parallel_degree {p.tp}")
-        if not p.sequence_parallel:
-            s.notes.append("sequence_parallel=false: torchtitan's llama TP plan always shards the norms by sequence "
-                           "(sequence parallelism on with TP; it has no switch), so it runs sequence_parallel=true")
+        sp = "enable_sequence_parallel" if p.sequence_parallel else "no-enable_sequence_parallel"
+        cmd.append([f"--parallelism.{sp}"])
+        s.facts.append(f"tensor parallel: tp={p.tp} = tensor_parallel_degree {p.tp}, sequence_parallel="
+                       f"{str(p.sequence_parallel).lower()} = --parallelism.{sp}")
     cmd.append(["--training.local_batch_size", str(p.local_batch), "--training.global_batch_size",
                 str(p.global_batch)])
     pt = p.point
@@ -88,6 +90,7 @@ def render(p: Recipe, csv_path: str) -> Export:
         cmd.append(["--training.seq_len", str(p.model["seq"])])
     cmd.append(_precision(p, s))
     _optimizer(p, s)
+    cmd += _training(p, s)
     cmd.append([ARGS])  # before the subcommand: tyro reads the config's own keys before it
     cmd.append([_checkpointing(p, s)])
     s.command = cmd
@@ -108,8 +111,8 @@ def _model(p: Recipe, s: Script) -> list[Word]:
                     "from a config registry function (model_spec is not a command-line key) and none of "
                     f"torchtitan's has this one's shape ({_shape(m)}); set TORCHTITAN_MODULE and TORCHTITAN_CONFIG "
                     "to a registry function of yours that builds it")
-    return ["--module", Raw('"${TORCHTITAN_MODULE:?a torchtitan model module with a config_registry}"'),
-            "--config", Raw('"${TORCHTITAN_CONFIG:?a config_registry function building this model}"')]
+    return ["--module", s.need("TORCHTITAN_MODULE", "a torchtitan model module with a config_registry"),
+            "--config", s.need("TORCHTITAN_CONFIG", "a config_registry function of it building this model")]
 
 
 def _shape(m: dict) -> str:
@@ -223,8 +226,37 @@ def _optimizer(p: Recipe, s: Script) -> None:
     if p.optimizer != "adamw":
         s.cannot.append(f"optimizer={p.optimizer}: torchtitan's optimizer is its config registry's param_groups, "
                         "not a command-line key (llama3's registry: AdamW)")
+    where = (f"torchtitan {VERSION} takes the learning rate's value from the config registry's "
+             "optimizer.param_groups, not the command line (llama3_8b's AdamW: 3e-4, llama3_70b's: 1.5e-4)")
+    if p.lr is not None:  # a run's own lr, which the command cannot carry
+        s.cannot.append(f"lr={p.lr:g}: {where}; set it in a registry function of yours (the schedule below is "
+                        "constant, as the harness's)")
     else:
-        s.notes.append("optimizer: the config registry's (llama3's: AdamW), with its learning rate and schedule")
+        s.notes.append(f"learning rate: the advice point has none; {where}: set yours there (the schedule below is "
+                       "constant, as the harness's)")
+
+
+def _training(p: Recipe, s: Script) -> list[list[Word]]:
+    """Run length, data, logging and outputs: the run's where it has them, else asked for, so none of
+    the registry's (llama3's: c4, its assets path, 1000 steps) stands in unseen."""
+    if p.steps is not None:
+        steps: Word = str(p.steps)
+        log: Word = "1"
+        s.facts.append(f"training: the run's {p.steps} steps (warm-up and measured) as training.steps, logged every "
+                       "step as the harness records them")
+    else:
+        steps = s.need("TRAIN_STEPS", "the steps to train")
+        log = s.need("LOG_FREQ", "steps between logged lines")
+    s.facts.append("throughput: torchtitan logs tokens/s, TFLOP/s and MFU on every logged step")
+    return [["--training.steps", steps, "--metrics.log_freq", log],
+            ["--lr_scheduler.warmup_steps", "0", "--lr_scheduler.decay_ratio", "0"],  # constant, as the harness
+            ["--hf_assets_path", s.need("HF_ASSETS_PATH", "the model's Hugging Face assets directory (tokenizer, "
+                                        "config), as torchtitan's download_hf_assets writes it")],
+            ["--dataloader.dataset", s.need("DATASET", "a dataset name torchtitan registers (e.g. c4); the harness "
+                                            "trained on synthetic batches"),
+             "--dataloader.dataset_path", s.need("DATASET_PATH", "where that dataset is on disk")],
+            ["--dump_folder", s.need("OUTPUT_DIR", "torchtitan's outputs; checkpoints go to its checkpoint/"),
+             "--checkpoint.enable", "--checkpoint.interval", s.need("SAVE_INTERVAL", "steps between checkpoints")]]
 
 
 def _checkpointing(p: Recipe, s: Script) -> str:
