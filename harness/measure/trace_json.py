@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from math import isfinite
 from collections import Counter
 from datetime import datetime, timezone
 from operator import attrgetter
@@ -89,7 +90,7 @@ def iso_utc(t: float) -> str:
 
 
 def _finite(*values: float) -> bool:
-    return all(v == v and abs(v) != float("inf") for v in values)
+    return all(map(isfinite, values))
 
 
 def wall_clock_origin(run: "Execution") -> float | None:
@@ -179,7 +180,7 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     peaks = peaks_per_step(memory)
     trace, memory, cap = _capped(trace, memory, max_events)
     flows = [(src, dst, what, at) for src, dst, what in messages(trace, pp)
-             if _finite(src.start, src.end, dst.start, dst.end) and (at := _flow_times(src, dst)) is not None]
+             if (at := _flow_times(src, dst)) is not None]
     nranks = max(ranks) + 1 if ranks else 0
     other = {"trace_cap": cap, **clock, "flows": len(flows), "peak_activation_bytes_per_step": {
         str(s): [by_rank.get(r) for r in range(nranks)] for s, by_rank in sorted(peaks.items())}}
@@ -259,7 +260,7 @@ _C = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%s,"args":{"
 def _ns(t: float) -> int | None:
     """Seconds as whole nanoseconds, rounded (None if not finite). Rounding is monotonic: events
     that follow each other in seconds still do in ns, so no rounding makes two of a track overlap."""
-    return round(t * 1e9) if _finite(t) else None
+    return round(t * 1e9) if isfinite(t) else None
 
 
 def _us(ns: int | None) -> str:
@@ -267,8 +268,9 @@ def _us(ns: int | None) -> str:
     a reader scales back to the same ns: no float arithmetic on our side); null for None."""
     if ns is None:
         return "null"
-    whole, frac = divmod(abs(ns), 1000)
-    return f"{'-' if ns < 0 else ''}{whole}.{frac:03d}"
+    if ns >= 0:
+        return "%d.%03d" % divmod(ns, 1000)
+    return "-%d.%03d" % divmod(-ns, 1000)
 
 
 def _track_names(ranks: list[int], pp: int) -> list[str]:
@@ -283,11 +285,15 @@ def _track_names(ranks: list[int], pp: int) -> list[str]:
 def _actions(evs: Trace, pp: int) -> list[str]:
     """A complete event (X) per action: its start and end rounded to ns, dur their difference."""
     out = []
+    append, q, us = out.append, _q, _us  # locals: this runs once per action
     for e in evs:
-        t0, t1 = _ns(e.start), _ns(e.end)
-        dur = None if t0 is None or t1 is None else t1 - t0
-        out.append(_X % (_q(e.name), _q(e.cat), e.rank // pp, e.rank, _us(t0), _us(dur), e.step, _q(e.kind),
-                         e.stage, e.microbatch))
+        t0, t1 = e.start, e.end
+        if isfinite(t0) and isfinite(t1):
+            t0, t1 = round(t0 * 1e9), round(t1 * 1e9)
+            ts, dur = us(t0), us(t1 - t0)
+        else:
+            ts, dur = us(_ns(t0)), "null"
+        append(_X % (q(e.name), q(e.cat), e.rank // pp, e.rank, ts, dur, e.step, q(e.kind), e.stage, e.microbatch))
     return out
 
 
@@ -317,8 +323,12 @@ def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
     was taken), the arrow still never points back in time: it goes from the send's end to the
     point in the consumer at that moment, or, where the consumer ended first, from the point in
     the send at the consumer's end. None where the two share no moment and the consumer ended
-    before the send began: two hosts' clocks further apart than their offset estimate."""
-    s0, s1, d0, d1 = _ns(src.start), _ns(src.end), _ns(dst.start), _ns(dst.end)
+    before the send began (two hosts' clocks further apart than their offset estimate), or
+    where a time is not finite."""
+    times = (src.start, src.end, dst.start, dst.end)
+    if not all(map(isfinite, times)):
+        return None
+    s0, s1, d0, d1 = [round(t * 1e9) for t in times]
     s, f = max(s1 - 1, s0), min(d0 + 1, d1)  # inside, or at the edge of a slice under 2 ns
     if f >= s:
         return s, f
@@ -341,7 +351,7 @@ def _flow_lines(flows: list[tuple[Event, Event, str, tuple[int, int]]], pp: int)
 
 def _num(v: float) -> str:
     """A JSON number: repr of a finite float (what json.dumps writes), null otherwise."""
-    return float.__repr__(v) if _finite(v) else "null"
+    return float.__repr__(v) if isfinite(v) else "null"
 
 
 def read_trace(path: Path) -> Trace:
