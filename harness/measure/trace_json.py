@@ -325,10 +325,10 @@ def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
     the send at the consumer's end. None where the two share no moment and the consumer ended
     before the send began (two hosts' clocks further apart than their offset estimate), or
     where a time is not finite."""
-    times = (src.start, src.end, dst.start, dst.end)
-    if not all(map(isfinite, times)):
+    s0, s1, d0, d1 = src.start, src.end, dst.start, dst.end
+    if not (isfinite(s0) and isfinite(s1) and isfinite(d0) and isfinite(d1)):
         return None
-    s0, s1, d0, d1 = [round(t * 1e9) for t in times]
+    s0, s1, d0, d1 = round(s0 * 1e9), round(s1 * 1e9), round(d0 * 1e9), round(d1 * 1e9)
     s, f = max(s1 - 1, s0), min(d0 + 1, d1)  # inside, or at the edge of a slice under 2 ns
     if f >= s:
         return s, f
