@@ -135,7 +135,8 @@ def _figure(trace: Trace, step: int, stage_labels: dict[int, str], title: str) -
     ax.set_ylim(yhi + pad, ylo - pad)
     ax.set_yticks(ranks, [f"rank {r}\n{stage_labels.get(r, '')}" for r in ranks], fontsize=7)
     ax.set_xlabel("ms since step start", labelpad=2)
-    ax.set_title(title, fontsize=9, loc="left")
+    # y given: where matplotlib would put it (no ticks on top), without measuring every tick label
+    ax.set_title(title, fontsize=9, loc="left", y=1.0)
     fig.legend(handles=[Patch(color=COLORS[k], label=label) for k, label in LABELS.items() if k in by_kind],
                loc="lower center", ncol=7, fontsize=7, frameon=False)
     _margins(fig, width, [f"rank {r}\n{stage_labels.get(r, '')}" for r in ranks], title.count("\n") + 1)
