@@ -340,13 +340,13 @@ def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
 
 
 def _flow_lines(flows: list[tuple[Event, Event, str, tuple[int, int]]], pp: int) -> list[str]:
-    """A flow (s and f) per message, at `_flow_times`. Names are a word and an action's numbers
-    and letter: nothing to escape."""
-    s = '{"ph":"s","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s}'
-    f = '{"ph":"f","bp":"e","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s}'
-    return [line for i, (src, dst, what, (ts, tf)) in enumerate(flows, 1) for line in (
-        s % (what, i, src.rank // pp, src.rank, _us(ts)),
-        f % (what, i, dst.rank // pp, dst.rank, _us(tf)))]
+    """A flow (s and f: two lines in one string) per message, at `_flow_times`. Names are a word
+    and an action's numbers and letter: nothing to escape."""
+    sf = ('{"ph":"s","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s},\n'
+          '{"ph":"f","bp":"e","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s}')
+    us = _us
+    return [sf % (what, i, src.rank // pp, src.rank, us(ts), what, i, dst.rank // pp, dst.rank, us(tf))
+            for i, (src, dst, what, (ts, tf)) in enumerate(flows, 1)]
 
 
 def _num(v: float) -> str:
