@@ -67,8 +67,8 @@ def _place(fig, raster: tuple) -> None:
 
 def _paste_png(fig, raster: tuple | None, f) -> None:
     """The figure drawn, the raster's bars (if any) pasted into its pixels, written as PNG:
-    the pixels savefig would write (same Agg renderer), compressed faster (savefig's level 6
-    is a fifth of the chart's time; its PNG has flat colour: level 1 is nearly as small)."""
+    the pixels savefig would write (same Agg renderer), compressed faster: savefig's default
+    level took ~a sixth of a 16k-bar chart's time; level 1 writes files ~25% larger."""
     from PIL import Image
 
     fig.canvas.draw()
