@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.records.gantt import COLORS, gantt_figure, plot_gantt
+from harness.records.gantt import COLORS, DPI, gantt_figure, plot_gantt
 from harness.records.atomic import write_atomic, write_json_atomic
 from harness.measure.trace_json import read_trace, write_trace_json
 from harness.schedules.registry import build
@@ -219,3 +219,16 @@ def test_atomic_writes_leave_no_temporary_file(tmp_path: Path):
     assert (tmp_path / "gantt.png").read_bytes()[:8] == PNG_MAGIC  # the old file, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gantt.png", "r.json", "trace.json"]
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+
+
+def test_png_has_the_pixels_savefig_writes(tmp_path: Path):
+    """plot_gantt encodes the renderer's pixels itself (faster than savefig): a chart of bars
+    drawn as paths must come out pixel for pixel as matplotlib's own savefig writes it."""
+    from PIL import Image
+
+    trace = simulate(build("1f1b", 4, 8), CostModel.uniform(4))
+    labels = {r: f"layer {r}" for r in range(4)}
+    plot_gantt(tmp_path / "ours.png", trace, 0, labels, "1f1b")
+    gantt_figure(trace, 0, labels, "1f1b").savefig(tmp_path / "savefig.png", format="png", dpi=DPI)
+    ours, theirs = (np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGBA")) for n in ("ours", "savefig"))
+    assert ours.shape == theirs.shape and (ours == theirs).all()
