@@ -18,7 +18,7 @@ from harness.runtime.precision import DTYPES
 from .search import AdviseError, Problem, with_model
 
 POINT_KEYS = ("schedule", "pp", "dp", "microbatches", "microbatch_size", "virtual_stages", "checkpointing", "zero",
-              "global_batch", "placement", "executor", "compute", "device", "partition")
+              "global_batch", "placement", "tp", "sequence_parallel", "executor", "compute", "device", "partition")
 
 
 def shown(path: str | Path) -> str:

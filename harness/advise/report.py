@@ -119,12 +119,14 @@ def run_overrides(p: Problem, x: Prediction) -> list[str]:
     keys.append(schedule_key(o["schedule"]))
     if x.point.memory_limit is not None:
         keys.append(f"schedule.{SCHEDULES[x.point.schedule].limit_key}={limit_text(x.point.memory_limit)}")
-    keys += [f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}", f"global_batch={p.global_batch}"]
+    keys += [f"pp={o['pp']}", f"tp={o['tp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}", f"global_batch={p.global_batch}"]
     if SCHEDULES[x.point.schedule].reads_virtual_stages:
         keys.append(f"virtual_stages={o['virtual_stages']}")
     keys += [f"checkpointing={_value(o['checkpointing'])}", f"zero={o['zero']}"]
     if o["placement"] != "pp_inner":
         keys.append(f"placement={o['placement']}")
+    if o["tp"] > 1:
+        keys.append(f"sequence_parallel={_value(o['sequence_parallel'])}")
     return keys
 
 
@@ -134,7 +136,7 @@ def commands(p: Problem, x: Prediction) -> dict[str, str]:
     keys with executor=sim on the cluster it was priced on)."""
     keys = run_overrides(p, x)
     cl = p.cluster
-    world = x.point.pp * x.point.dp
+    world = x.point.pp * x.point.tp * x.point.dp
     q = " ".join(shlex.quote(k) for k in keys)
     out: dict[str, str] = {}
     if cl.device == "cpu":

@@ -45,6 +45,7 @@ never its name:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import time
@@ -54,6 +55,7 @@ from typing import Callable
 from harness.advise.errors import MEMORY_LIMITS_ALLOWED, AdviseError  # noqa: F401 - also imported from here
 from harness.planning.checks import check_stages, validate
 from harness.config import DTYPE_BYTES, PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
+from harness.parallel.checks import tp_problem
 from harness.planning.flops import flops_of
 from harness.planning.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
 from harness.model.built import BuiltModel
@@ -139,8 +141,8 @@ def _crossings(plan: Plan) -> int:
     c, owner = plan.config, plan.compiled.owner
     if c.cluster is None:
         return 0
-    return sum(links.crosses(c.cluster, c.placement, owner[s], owner[s + 1], c.pp, c.dp)
-               for s in range(len(owner) - 1) if owner[s] != owner[s + 1])
+    nodes = [_nodes(c.cluster, c.placement, r, c.pp, c.dp, c.tp) for r in range(c.pp)]
+    return sum(nodes[owner[s]] != nodes[owner[s + 1]] for s in range(len(owner) - 1) if owner[s] != owner[s + 1])
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,10 @@ class Space:
     checkpointing: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = (0, 1)
     placements: tuple[str, ...] = PLACEMENTS
-    gpus: int | None = None  # GPUs a point uses (pp x dp); None: the whole cluster
+    gpus: int | None = None  # GPUs a point uses (pp x tp x dp); None: the whole cluster
+    tp: tuple[int, ...] | None = None  # None: every degree the model allows, up to a node's GPUs (tp_across_nodes)
+    tp_across_nodes: bool = False  # let a TP group span nodes (tp > gpus_per_node); by default it stays in one
+    sequence_parallel: tuple[bool, ...] = (True,)  # at tp > 1 (tp=1 runs none): on, as Megatron and torchtitan
     max_microbatches: int = 1024
     max_microbatch_size: int = 64
     # of the schedules that take one (their entry's limit_key); None: 1.0 and the budget's largest (module doc)
@@ -212,17 +217,19 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
     for pl in space.placements:
         if pl not in PLACEMENTS:
             raise AdviseError(f"--placements {pl}: unknown (allowed: {', '.join(PLACEMENTS)})")
+    tps = tensor_degrees(p, space, gpus)
     pps = space.pp or tuple(_divisors(gpus))
-    pairs = [(pp, gpus // pp) for pp in pps if pp >= 1 and gpus % pp == 0]
+    triples = [(pp, tp, gpus // (pp * tp)) for pp in pps for tp in tps if pp >= 1 and gpus % (pp * tp) == 0]
     if space.dp:
-        pairs = [(pp, dp) for pp in pps for dp in space.dp if pp >= 1 and dp >= 1 and pp * dp <= gpus]
-    if not pairs:
-        raise AdviseError(f"--pp {list(pps)}: none divides the {gpus} GPUs (pp x dp must use them all; "
-                          f"allowed pp: {_divisors(gpus)})")
+        triples = [(pp, tp, dp) for pp in pps for tp in tps for dp in space.dp
+                   if pp >= 1 and dp >= 1 and pp * tp * dp <= gpus]
+    if not triples:
+        raise AdviseError(f"--pp {list(pps)}: none divides the {gpus} GPUs at tp in {list(tps)} (pp x tp x dp must "
+                          f"use them all; allowed pp: {_divisors(gpus)})")
     gb = p.global_batch
-    if not any(gb % dp == 0 for _, dp in pairs):
+    if not any(gb % dp == 0 for _, _, dp in triples):
         raise AdviseError(f"--global-batch {gb}: no data-parallel degree here divides it (dp in "
-                          f"{sorted({dp for _, dp in pairs})}; allowed: a multiple of one of them)")
+                          f"{sorted({dp for _, _, dp in triples})}; allowed: a multiple of one of them)")
     dropped: dict[str, int] = {}
     example: dict[str, str] = {}
 
@@ -231,8 +238,9 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
         example.setdefault(why, what)
 
     points: list[Point] = []
-    signatures = {(pl, pp, dp): _placement_signature(cl, pl, pp, dp) for pp, dp in pairs for pl in space.placements}
-    for pp, dp in pairs:
+    signatures = {(pl, pp, tp, dp): _placement_signature(cl, pl, pp, dp, tp)
+                  for pp, tp, dp in triples for pl in space.placements}
+    for pp, tp, dp in triples:
         if gb % dp:
             drop("global batch not divisible by dp", f"global_batch={gb}, dp={dp}")
             continue
@@ -253,26 +261,25 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                         drop("pp=1: the same step as 1f1b's, with at least its memory", f"{name} pp=1 dp={dp}")
                         continue
                     seen: set = set()
-                    for pl in space.placements:
-                        sig = signatures[(pl, pp, dp)]
-                        if sig in seen:
+                    for pl, ck, z, sp in itertools.product(space.placements, space.checkpointing, space.zero,
+                                                           space.sequence_parallel if tp > 1 else (False,)):
+                        sig = signatures[(pl, pp, tp, dp)]
+                        if (sig, ck, z, sp) in seen:
                             continue
-                        seen.add(sig)
-                        for ck in space.checkpointing:
-                            for z in space.zero:
-                                pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None)
-                                try:
-                                    c = pt.config(p.config)
-                                    validate(c, 0, p.model)
-                                    if entry.needs == COSTS:  # its stages, which the plan checks once it is made
-                                        check_stages(c, pp * entry.chunks(v), p.num_layers)
-                                except ConfigError as e:
-                                    drop(_reason(str(e)), f"{pt.label()}: {e}")
-                                    continue
-                                if entry.limit_key:
-                                    points += _limited(p, space, pt, drop)
-                                else:
-                                    points.append(pt)
+                        seen.add((sig, ck, z, sp))
+                        pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None, tp, sp)
+                        try:
+                            c = pt.config(p.config)
+                            validate(c, 0, p.model)
+                            if entry.needs == COSTS:  # its stages, which the plan checks once it is made
+                                check_stages(c, pp * entry.chunks(v), p.num_layers)
+                        except ConfigError as e:
+                            drop(_reason(str(e)), f"{pt.label()}: {e}")
+                            continue
+                        if entry.limit_key:
+                            points += _limited(p, space, pt, drop)
+                        else:
+                            points.append(pt)
     return points, dropped, example
 
 
@@ -420,13 +427,40 @@ def _priced(p: Problem, c: Config) -> CostModel:
     return price(c, modeled, tuple(range(c.pp)), stage_params, nbytes)
 
 
-def _placement_signature(cl, placement: str, pp: int, dp: int) -> tuple:
-    """Which rank pairs talk across nodes and which replica groups span nodes: placements with
-    the same signature price every message and collective the same."""
-    nodes = [[links.node(cl, g) for g in links.replicas(placement, r, pp, dp)] for r in range(pp)]
+def _nodes(cl, placement: str, r: int, pp: int, dp: int, tp: int) -> list[tuple[int, ...]]:
+    """The nodes of pipeline rank r's TP groups, one per replica: a (replica, stage) slot's TP
+    ranks are tp consecutive GPUs (tp innermost, harness/runtime/groups.py)."""
+    return [tuple(links.node(cl, g * tp + t) for t in range(tp)) for g in links.replicas(placement, r, pp, dp)]
+
+
+def _placement_signature(cl, placement: str, pp: int, dp: int, tp: int = 1) -> tuple:
+    """Which rank pairs talk across nodes, which replica groups and which TP groups span nodes:
+    placements with the same signature price every message and collective the same."""
+    nodes = [_nodes(cl, placement, r, pp, dp, tp) for r in range(pp)]
     pairs = tuple(any(a != b for a, b in zip(nodes[r], nodes[q])) for r in range(pp) for q in range(pp))
-    groups = tuple(len(set(n)) > 1 for n in nodes)
-    return pairs, groups
+    groups = tuple(any(len({g[t] for g in n}) > 1 for t in range(tp)) for n in nodes)
+    tensor = any(len(set(t)) > 1 for n in nodes for t in n)
+    return pairs, groups, tensor
+
+
+def tensor_degrees(p: Problem, space: Space, gpus: int) -> tuple[int, ...]:
+    """The tp degrees searched: --tp as given, else every divisor of the GPUs the model allows
+    (harness/parallel/checks.py: heads, KV heads, hidden, FFN, vocabulary) within a node
+    (all of them with tp_across_nodes). AdviseError (one line) for a given degree the model or
+    the cluster refuses."""
+    node = p.cluster.gpus_per_node
+    if space.tp is None:
+        return tuple(t for t in _divisors(gpus) if (space.tp_across_nodes or t <= node)
+                     and tp_problem(p.config.model, t) is None)
+    for t in space.tp:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1 or gpus % t:
+            raise AdviseError(f"--tp {t}: must divide the {gpus} GPUs (allowed: {_divisors(gpus)})")
+        if t > node and not space.tp_across_nodes:
+            raise AdviseError(f"--tp {t}: a TP group would span nodes of {node} GPUs (allowed: tp <= {node}, or "
+                              "--tp-across-nodes)")
+        if problem := tp_problem(p.config.model, t):
+            raise AdviseError(f"--tp {t}: {problem}")
+    return tuple(space.tp)
 
 
 def evaluate(p: Problem, pt: Point) -> Prediction:
