@@ -57,7 +57,8 @@ from harness.planning.checks import check_stages, validate
 from harness.config import DTYPE_BYTES, PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
 from harness.parallel.checks import tp_problem
 from harness.planning.flops import flops_of
-from harness.planning.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
+from harness.planning.memory_theory import (Layout, RankBytes, Replay, fullest, layer_memory, optimizer_bytes,
+                                           replay)
 from harness.model.built import BuiltModel
 from harness.planning.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
 from harness.planning.point import Point
@@ -164,6 +165,7 @@ class Space:
     # of the schedules that take one (their entry's limit_key); None: 1.0 and the budget's largest (module doc)
     memory_limits: tuple[float, ...] | None = None
     auto_top: int = 5  # orders made from costs only where they could rank in this top (`search`; the CLI: --top)
+    prune: bool = True  # leave out, unpriced, points whose weights alone cannot fit (`weight_bound`)
 
 
 @dataclass
@@ -198,9 +200,10 @@ def _reason(message: str) -> str:
     return re.sub(r"\b\d+\b", "N", message.split(" (")[0])
 
 
-def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str]]:
-    """Every point of the space the harness can run (its own validation), and how many were
-    left out for each reason (with one example each)."""
+def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str], list[Point]]:
+    """Every point of the space the harness can run (its own validation), how many were left
+    out for each reason (with one example each), and those left out because their weights
+    alone cannot fit (`weight_bound`, with space.prune), smallest bound first."""
     cl = p.cluster
     gpus = space.gpus or cl.gpus
     if gpus < 1:
@@ -238,6 +241,8 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
         example.setdefault(why, what)
 
     points: list[Point] = []
+    heavy: list[tuple[int, Point]] = []
+    usable = cl.usable_bytes
     signatures = {(pl, pp, tp, dp): _placement_signature(cl, pl, pp, dp, tp)
                   for pp, tp, dp in triples for pl in space.placements}
     for pp, tp, dp in triples:
@@ -276,11 +281,35 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                         except ConfigError as e:
                             drop(_reason(str(e)), f"{pt.label()}: {e}")
                             continue
+                        if space.prune and (bound := weight_bound(p, c)) > usable:
+                            heavy.append((bound, pt))
+                            drop(WEIGHTS_DO_NOT_FIT, f"{pt.label()}: at least {bound / GIB:.1f} GiB, "
+                                                     f"{usable / GIB:.1f} GiB usable")
+                            continue
                         if entry.limit_key:
                             points += _limited(p, space, pt, drop)
                         else:
                             points.append(pt)
-    return points, dropped, example
+    return points, dropped, example, [pt for _, pt in sorted(heavy)]
+
+
+WEIGHTS_DO_NOT_FIT = ("its parameters, gradients and optimizer state alone exceed the usable memory (a lower bound "
+                      "of the memory theory's, not priced)")
+
+
+def weight_bound(p: Problem, c: Config) -> int:
+    """A lower bound of the fullest GPU's peak at `c` from the parameters alone, no partition,
+    trace or replay: some pipeline rank holds at least the mean share of the parameters, and
+    each of its TP ranks at least a tp-th of that (a split weight's shard; replicated ones are
+    whole), P = params // (pp x tp); at its last backward its parameters, their gradients
+    (dtype) and the optimizer state (fp32 masters in low precision; ZeRO-1's largest shard at
+    least a dp-th of the moments) are all held (harness/planning/memory_theory.py's rank_bytes,
+    activations counted as 0). A point past the usable bytes cannot fit whatever its schedule
+    or activations, so the search leaves it out unpriced (tests/test_advise.py holds the bound
+    under the theory's peak)."""
+    per = (p.model.total_params or 0) // (c.pp * c.tp)
+    shard = -(-per // c.dp) if c.zero and c.dp > 1 else per
+    return 2 * DTYPE_BYTES[c.dtype] * per + optimizer_bytes([shard], [per], c)
 
 
 def holding(p: Problem, c: Config, held: int) -> RankBytes:
@@ -525,7 +554,9 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
     space's `auto_top`-th fastest fitting point of the others; the rest are left out with that
     reason."""
     t0 = time.perf_counter()
-    points, dropped, examples = enumerate_points(p, space)
+    points, dropped, examples, heavy = enumerate_points(p, space)
+    if not points and heavy:  # nothing but points too heavy to fit: the lightest one says why
+        raise AdviseError(nothing_fits(p, [evaluate(p, heavy[0])]))
     if not points:
         why = "; ".join(f"{n} x {k} (e.g. {examples[k]})" for k, n in sorted(dropped.items(), key=lambda kv: -kv[1]))
         raise AdviseError(f"the search space is empty after the constraints: {why or 'nothing to search'}")
