@@ -33,6 +33,7 @@ class ConfigError(ValueError):
 
 P2P_MODES = ("auto", "eager", "safe")
 PLACEMENTS = ("pp_inner", "dp_inner")  # harness.runtime.groups.Layout: a launcher slot <-> a global rank
+DP_SYNCS = ("in_backward", "after_flush")  # where the dp all-reduce runs (harness/simulate/pricing.py)
 COMPUTE_MODES = ("auto", "real", "emulated")
 DEVICES = ("cpu", "cuda", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -310,6 +311,7 @@ class Config:
     dp: int = 1  # data-parallel replicas of the pipeline (world = pp x dp x tp), DDP per stage
     tp: int = 1  # tensor-parallel ranks inside each stage (Megatron-style, torch's DTensor API; consecutive ranks, one node)
     sequence_parallel: bool = False  # with tp > 1: norms on sequence shards, all-gather/reduce-scatter for the all-reduces
+    dp_sync: str = "in_backward"  # dp > 1: DDP's all-reduce inside each stage's last backward, its gradient sent on after it | after_flush: after the rank's last action, as Megatron-LM (executor=sim only)
     placement: str = "pp_inner"  # where ranks land: pp_inner (a pipeline on consecutive GPUs/launcher ranks) | dp_inner (a stage's replicas consecutive)
     global_batch: int | None = None  # samples per step over all replicas; sets microbatch_size = it / (dp x M)
     checkpointing: bool = False  # activation checkpointing of every stage (non-reentrant)
@@ -597,6 +599,10 @@ def check_values(c: Config) -> None:
     one_of("run.start_method", c.run.start_method, START_METHODS)
     one_of("dtype", c.dtype, DTYPE_NAMES)
     one_of("placement", c.placement, PLACEMENTS)
+    one_of("dp_sync", c.dp_sync, DP_SYNCS)
+    if c.dp_sync != "in_backward" and c.executor != "sim":
+        raise ConfigError(f"dp_sync={c.dp_sync}: executor={c.executor} all-reduces inside each stage's last backward "
+                          "(DDP) (allowed: dp_sync=in_backward, or executor=sim)")
     for key in ("pp", "microbatches", "microbatch_size", "steps", "virtual_stages", "dp", "tp"):
         at_least(key, getattr(c, key), 1)
     for key in ("max_processes", "repeats"):

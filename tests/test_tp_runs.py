@@ -50,7 +50,6 @@ def test_layout_puts_a_tp_group_on_consecutive_slots_and_keeps_tp1_numbering(pla
     ({**GPT, "tp": 3}, "model.heads=4: tp=3 must divide it"),
     ({**GPT, "tp": 2, "model.seq": 7, "sequence_parallel": True}, "model.seq=7: tp=2 must divide it"),
     ({**GPT, "sequence_parallel": True}, "sequence_parallel=true: needs tp > 1"),
-    ({**GPT, "tp": 2, "executor": "sim"}, "tp=2: executor=sim does not model tensor parallelism yet"),
     ({**GPT, "tp": 4, "pp": 2, "dp": 2, "run.max_processes": 8}, "pp=2 x dp=2 x tp=4: 16 processes on this machine"),
     ({**GPT, "tp": 2, "memory_budget_gib": 1.0}, "memory_budget_gib=1.0: the memory theory does not model tp > 1"),
     ({"tp": 0}, "tp=0: must be"),
@@ -65,7 +64,7 @@ def test_a_tp_run_that_cannot_run_is_one_line_before_any_worker(config, keys, li
 def test_a_tp_plan_counts_every_rank_and_says_what_is_not_modelled(config):
     plan = make_plan(config(pp=2, dp=2, tp=2, **GPT))
     assert plan.world == 8
-    assert any(n.startswith("tp=2: the simulated step and bubble") for n in plan.notes)
+    assert any(n.startswith("tp=2: the memory theory does not model") for n in plan.notes)
 
 
 # -- exports ----------------------------------------------------------------------------------------

@@ -56,12 +56,13 @@ class Dims:
     gated: bool = False
     tp: int = 1
     sequence_parallel: bool = False
+    flash_attention: bool = True
 
     def shape(self) -> Shape | None:
         if not self.heads:
             return None
         return Shape(self.seq, self.d_model, self.heads, self.kv_heads or self.heads, self.ffn or 4 * self.d_model,
-                     self.vocab, self.gated, self.dtype_bytes, self.tp, self.sequence_parallel)
+                     self.vocab, self.gated, self.dtype_bytes, self.tp, self.sequence_parallel, self.flash_attention)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,21 @@ class ComputeModel:
     def work(self, kind: str, direction: str, b: int, fwd_flops: float, dims: Dims) -> Work:
         """A layer's work priced with this model's rates (per operation where dims has a shape)."""
         return work(kind, direction, b, fwd_flops, dims, self.rates)
+
+    def on_device(self, device: Device, sustained: float | None = None) -> "ComputeModel":
+        """The same fit with another device's per-operation rates (devices.py's, sourced): its
+        GEMM roof, FlashAttention rates and bandwidth; the fitted launch floors and residual per
+        byte carried over as measured (a host's launches, the loss's extra passes). Only for a
+        model priced per operation (the fit's rates are what moves)."""
+        if self.rates is None:
+            raise ValueError(f"{self.source}: not priced per operation, so it has no rates to move to {device.name}")
+        share = sustained if sustained is not None else device.sustained
+        if share is None:
+            raise ValueError(f"{device.name}: no sustained share of peak in harness/planning/devices.py; give one")
+        note = (f"rates moved from {self.device.name} to {device.name} (devices.py); floors and residual per byte "
+                f"as fitted on {self.source}")
+        return ComputeModel(device, self.dtype, self.source, self.fits, [*self.notes, note],
+                            Rates(device, self.dtype, share), self.seq)
 
     def to_json(self) -> dict:
         priced = ({"priced_per_operation": self.rates.describe(self.seq),

@@ -14,6 +14,9 @@ sourced rates (harness/planning/devices.py), for one microbatch and one directio
   length (devices.AttentionRates: FlashAttention-3 on Hopper, FlashAttention-2 on Ampere), on
   the FLOPs the kernel runs (the causal half: 2 B s^2 d forward, x 2.5 backward, the papers'
   convention: 5 matmuls against 2).
+  Or (`Shape.flash_attention` False: Megatron-LM before FlashAttention, as the SC21 runs)
+  unfused: QK^T and PV as batched GEMMs over the whole s^2 scores, softmax and attention
+  dropout as memory-bound passes over them (`unfused_attention`).
 - memory-bound work (norms, residual adds, the MLP's activation, rotary, the embedding, the
   loss over the logits): bytes moved at the device's `memory_share` of its HBM bandwidth; a
   backward moves twice its forward's bytes (it reads the saved input and the incoming gradient
@@ -51,6 +54,7 @@ class Shape:
     dtype_bytes: int = 2
     tp: int = 1
     sequence_parallel: bool = False
+    flash_attention: bool = True  # False: attention as Megatron-LM ran it before FlashAttention (unfused_attention)
 
     @property
     def head_dim(self) -> int:
@@ -64,6 +68,7 @@ class Op:
     flops: float  # what the kernel runs (attention: the causal half; FA's 2.5 x backward)
     bytes: float
     mnk: tuple[int, int, int] | None = None
+    batch: int = 1  # a batched GEMM: this many m x n x k products (one per head)
 
 
 def _gemm(name: str, m: int, n: int, k: int, direction: str, e: int) -> list[Op]:
@@ -72,6 +77,26 @@ def _gemm(name: str, m: int, n: int, k: int, direction: str, e: int) -> list[Op]
     shapes = [(m, n, k)] if direction == "fwd" else [(m, k, n), (k, n, m)]
     return [Op(f"{name}{'' if direction == 'fwd' else ('.dgrad', '.wgrad')[i]}", "gemm", 2.0 * a * b * c,
                float(e * (a * c + c * b + a * b)), (a, b, c)) for i, (a, b, c) in enumerate(shapes)]
+
+
+def _batched(name: str, batch: int, m: int, n: int, k: int, direction: str, e: int) -> list[Op]:
+    """A batched GEMM (one m x n x k product per head), forward or its two backward products."""
+    return [Op(op.name, "gemm", batch * op.flops, batch * op.bytes, op.mnk, batch) for op in _gemm(name, m, n, k,
+                                                                                                   direction, e)]
+
+
+def unfused_attention(s: Shape, b: int, direction: str) -> list[Op]:
+    """Attention as Megatron-LM ran it before FlashAttention (the SC21 paper's runs): per TP
+    rank's heads, QK^T and PV as batched GEMMs over the WHOLE s x s scores (the causal mask
+    applied to them, not skipped), a fused scale-mask-softmax reading and writing the scores,
+    and dropout on the probabilities (read, write, and a one-byte mask); in the run's dtype."""
+    t, e, hd = s.tp, s.dtype_bytes, s.head_dim
+    heads = b * s.heads // t
+    scores = heads * s.seq ** 2
+    return (_batched("scores", heads, s.seq, s.seq, hd, direction, e)
+            + _batched("context", heads, s.seq, hd, s.seq, direction, e)
+            + [_mem("softmax", 2 * scores * e, direction),
+               _mem("attention_dropout", scores * (2 * e + 1), direction)])
 
 
 def _mem(name: str, fwd_bytes: float, direction: str) -> Op:
@@ -86,9 +111,12 @@ def block_ops(s: Shape, b: int, direction: str) -> list[Op]:
            + _gemm("attn_out", T, s.hidden, s.heads * hd // t, direction, e)
            + _gemm("mlp_in", T, (2 if s.gated else 1) * s.ffn // t, s.hidden, direction, e)
            + _gemm("mlp_out", T, s.hidden, s.ffn // t, direction, e))
-    causal = 2.0 * b * s.seq ** 2 * hd * (s.heads // t)
-    ops.append(Op("attention", "attention", causal * (1 if direction == "fwd" else FA_BWD_FLOPS),
-                  float(e * T * (2 * s.heads + 2 * s.kv_heads) * hd // t)))
+    if s.flash_attention:
+        causal = 2.0 * b * s.seq ** 2 * hd * (s.heads // t)
+        ops.append(Op("attention", "attention", causal * (1 if direction == "fwd" else FA_BWD_FLOPS),
+                      float(e * T * (2 * s.heads + 2 * s.kv_heads) * hd // t)))
+    else:
+        ops += unfused_attention(s, b, direction)
     act = T * s.hidden * e
     ops += [_mem("norms", 2 * 2 * act / sp, direction),  # 2 norms: read, write
             _mem("residual_adds", 2 * 3 * act / sp, direction),  # 2 adds: read 2, write 1
@@ -152,10 +180,11 @@ class Rates:
     def peak(self) -> float:
         return self.device.peak_flops(self.dtype)
 
-    def gemm_s(self, m: int, n: int, k: int, nbytes: float) -> float:
-        tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+    def gemm_s(self, m: int, n: int, k: int, nbytes: float, batch: int = 1) -> float:
+        tiles = batch * math.ceil(m / TILE) * math.ceil(n / TILE)
         fill = min(1.0, tiles / self.device.sms) if self.device.sms else 1.0
-        return max(2.0 * m * n * k / (self.sustained * self.peak * fill), nbytes / self.device.memory_bandwidth_Bps)
+        return max(2.0 * batch * m * n * k / (self.sustained * self.peak * fill),
+                   nbytes / self.device.memory_bandwidth_Bps)
 
     def attention_flops_per_s(self, seq: int, direction: str) -> float:
         a = self.device.attention
@@ -168,7 +197,7 @@ class Rates:
 
     def op_s(self, op: Op, seq: int, direction: str) -> float:
         if op.cls == "gemm":
-            return self.gemm_s(*op.mnk, op.bytes)
+            return self.gemm_s(*op.mnk, op.bytes, op.batch)
         if op.cls == "attention":
             return op.flops / self.attention_flops_per_s(seq, direction)
         return op.bytes / self.memory_Bps()

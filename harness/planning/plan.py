@@ -15,7 +15,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
 
 from harness.planning.checks import check_stages, ranks_on_host, validate
-from harness.config import DTYPE_BYTES, MAX_TIMEOUT_S, Config, ConfigError, planned_microbatch_size
+from harness.config import MAX_TIMEOUT_S, Config, ConfigError, planned_microbatch_size
 from harness.planning.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
@@ -31,7 +31,7 @@ from harness.schedules.validate import validate as validate_schedule
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 from harness.simulate.engine import Compiled
-from harness.simulate.pricing import price
+from harness.simulate.pricing import message_bytes_of, plan_tp_collectives, price
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,10 +111,10 @@ class Plan:
         run's modeled step is."""
         def make() -> CostModel:
             c, layers = self.config, self.model.layer_params
-            stage_params = [sum(layers[a:b]) for a, b in self.stage_layers]
-            nbytes = DTYPE_BYTES[c.dtype] * self.model.activation_numel(c.microbatch_size)
+            stage_params = [sum(layers[a:b]) // c.tp for a, b in self.stage_layers]  # a TP rank's share
             owner = tuple(self.stage_rank[s] for s in range(len(self.stage_layers)))
-            return price(c, self.emulated_cost, owner, stage_params, nbytes)
+            return price(c, self.emulated_cost, owner, stage_params, message_bytes_of(c, self.model),
+                         plan_tp_collectives(c, self.model, list(self.stage_layers)))
 
         return self._derive("sim_cost", make)
 
@@ -295,9 +295,9 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({world} ranks, "
                           f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
     if c.tp > 1:
-        notes.append(f"tp={c.tp}: the simulated step and bubble, the sim prices and the memory theory do not model "
-                     "tensor parallelism yet (no TP collectives, no split compute or memory): they are tp=1's, and "
-                     "the record keeps no theory per rank; the measured figures are tp rank 0's of each TP group"
+        notes.append(f"tp={c.tp}: the memory theory does not model tensor parallelism yet: the record keeps no "
+                     "theory per rank; the measured figures are tp rank 0's of each TP group; the modeled step adds "
+                     "the TP collectives to the modeled compute (cost.* or the profile: a TP rank's)"
                      + ("; the measured peak leaves out checkpointing's recompute (accounted from that theory)"
                         if c.checkpointing else ""))
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
@@ -319,8 +319,8 @@ def costed_inputs(c: Config, entry: ScheduleSpec, partition: Partition, cost: Co
     costs priced on the stages as its placement puts them (its compute, links, syncs, overheads:
     what executor=sim runs on), a prior run's measured costs over them, and what each stage's
     deferred W keeps of a microbatch's activations (memory theory's trace on `device`)."""
-    stage_params = [sum(model.layer_params[a:b]) for a, b in partition.bounds]
-    nbytes = DTYPE_BYTES[c.dtype] * model.activation_numel(c.microbatch_size)
+    stage_params = [sum(model.layer_params[a:b]) // c.tp for a, b in partition.bounds]  # a TP rank's share
+    nbytes = message_bytes_of(c, model)
     owner = entry.owner(len(partition.bounds), c.pp)
     inputs = ScheduleInputs(c)
 
@@ -333,7 +333,8 @@ def costed_inputs(c: Config, entry: ScheduleSpec, partition: Partition, cost: Co
         except ValueError:  # no per-layer memory (a model not buildable on the meta device): count it whole
             return (1.0,) * len(partition.bounds)
 
-    inputs.priced = lambda: price(c, cost, owner, stage_params, nbytes)
+    tp_s = plan_tp_collectives(c, model, partition.bounds)
+    inputs.priced = lambda: price(c, cost, owner, stage_params, nbytes, tp_s)
     inputs.deferred = deferred
     inputs.measured = lambda run_dir: measured_costs(run_dir, c.pp, inputs.costs())
     return inputs

@@ -59,8 +59,7 @@ register(Executor("pytorch", "the same plan through torch.distributed.pipelining
                   runner="harness.runtime.peer:PeerRunner", private_torch=lambda c: True,
                   check="harness.runtime.peer_check:check", tp=True))  # imports torch.distributed.pipelining: only when asked
 register(Executor("sim", "the discrete-event simulator on the modeled costs (cost.*, comm.* or cluster=); no processes",
-                  run="harness.runtime.sim:run_sim", dp=True, faults=("term", "enospc"), simulated=True,
-                  no_tp="does not model tensor parallelism yet (its prices have no TP collectives or split compute)"))
+                  run="harness.runtime.sim:run_sim", dp=True, faults=("term", "enospc"), simulated=True, tp=True))
 
 
 def get_executor(name: str) -> Executor:

@@ -1,7 +1,8 @@
 """The link model a cluster (`cluster=<preset>`, harness/config.py's ClusterConfig) prices
 communication with: stated, not measured, for the GPU presets; measured for cluster=here.
 
-- a GPU's place: global GPU g is on node g // gpus_per_node;
+- a GPU's place: global GPU g is on node g // gpus_per_node; a TP group is tp consecutive GPUs
+  (its first stands for it: a group inside a node, as the launchers place it);
 - placement `pp_inner` (the harness's own rank layout, global rank = replica x pp + stage
   rank): a pipeline's ranks are consecutive GPUs, so with pp <= gpus_per_node a pipeline stays
   inside a node and its data-parallel peers sit on other nodes; `dp_inner` (GPU = stage rank x
@@ -44,19 +45,21 @@ def node(c: ClusterConfig, gpu: int) -> int:
     return gpu // c.gpus_per_node
 
 
-def gpu_of(placement: str, stage_rank: int, replica: int, pp: int, dp: int) -> int:
-    return replica * pp + stage_rank if placement == "pp_inner" else stage_rank * dp + replica
+def gpu_of(placement: str, stage_rank: int, replica: int, pp: int, dp: int, tp: int = 1) -> int:
+    """The first GPU of the TP group (tp consecutive GPUs, harness/runtime/groups.py's Layout)."""
+    return tp * (replica * pp + stage_rank if placement == "pp_inner" else stage_rank * dp + replica)
 
 
-def replicas(placement: str, stage_rank: int, pp: int, dp: int) -> list[int]:
-    """The GPUs of a pipeline rank's dp replicas."""
-    return [gpu_of(placement, stage_rank, k, pp, dp) for k in range(dp)]
+def replicas(placement: str, stage_rank: int, pp: int, dp: int, tp: int = 1) -> list[int]:
+    """The GPUs of a pipeline rank's dp replicas (each TP group's first)."""
+    return [gpu_of(placement, stage_rank, k, pp, dp, tp) for k in range(dp)]
 
 
-def crosses(c: ClusterConfig, placement: str, r: int, q: int, pp: int, dp: int) -> bool:
+def crosses(c: ClusterConfig, placement: str, r: int, q: int, pp: int, dp: int, tp: int = 1) -> bool:
     """Whether the messages between pipeline ranks r and q cross nodes (in any replica: the
     slowest replica sets the pace)."""
-    return any(node(c, a) != node(c, b) for a, b in zip(replicas(placement, r, pp, dp), replicas(placement, q, pp, dp)))
+    return any(node(c, a) != node(c, b)
+               for a, b in zip(replicas(placement, r, pp, dp, tp), replicas(placement, q, pp, dp, tp)))
 
 
 def p2p_s(c: ClusterConfig, nbytes: float, same_node: bool, world: int) -> float:
