@@ -237,8 +237,7 @@ def _sync_s(trace: Trace, steps: list[int], kind: str) -> float:
 def memory_per_rank(plan: Plan, run: Execution) -> dict:
     """Every byte of every global rank, measured (what its runner accounted) beside theory,
     and whether each fits memory_budget_gib."""
-    # tp > 1: the theory models no tensor parallelism yet (a plan note says so): no wrong numbers
-    theory_bytes = [r.as_dict() for r in plan.theory_per_rank()] if plan.config.tp == 1 else None
+    theory_bytes = [r.as_dict() for r in plan.theory_per_rank()]  # tp > 1: TP rank 0's, as measured
     measured = [r.memory_breakdown for r in run.reports] if run.reports else None
     cuda = [r.cuda_memory for r in run.reports] if run.reports and all(r.cuda_memory for r in run.reports) else None
     budget = None

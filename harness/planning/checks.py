@@ -79,9 +79,6 @@ def _check_executor(c: Config, executor: Executor, cuda_devices: int, here: int)
         able = ", ".join(n for n, e in EXECUTORS.items() if e.tp)
         raise ConfigError(f"tp={c.tp}: executor={c.executor} {executor.no_tp or 'runs no tensor parallelism'} "
                           f"(allowed: tp=1, or executor={able})")
-    if c.tp > 1 and c.memory_budget_gib is not None:
-        raise ConfigError(f"memory_budget_gib={c.memory_budget_gib}: the memory theory does not model tp > 1 yet "
-                          f"(tp={c.tp}; allowed: memory_budget_gib=null with tp > 1)")
     if here > c.run.max_processes and not executor.simulated:  # a simulated executor starts no process
         sizes = f"pp={c.pp} x dp={c.dp}" + (f" x tp={c.tp}" if c.tp > 1 else "")
         raise ConfigError(f"{sizes}: {here} processes on this machine, more than "

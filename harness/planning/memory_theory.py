@@ -49,6 +49,8 @@ from harness.runtime import compat
 from harness.config import DTYPE_BYTES, Config
 from harness.model.built import BuiltModel
 from harness.model.checkpoint import CheckpointedStage
+from harness.parallel.tensor import local
+from harness.planning.tp_trace import split_stage, stage_tensors
 from harness.runtime.precision import DTYPES
 from harness.schedules.ir import Action, Kind
 
@@ -79,10 +81,13 @@ REAL_TRACE_MAX_INPUT = 16 * 2**20  # and elements of its input (executor=sim, wh
 
 
 def trace_stage(model: BuiltModel, a: int, b: int, first: bool, last: bool, dtype: str, microbatch_size: int,
-                checkpointing: bool, every: int, device: str) -> StageActivations:
+                checkpointing: bool, every: int, device: str, tp: int = 1, sequence_parallel: bool = False
+                ) -> StageActivations:
     """What layers [a, b) hold for one microbatch's backward, as a stage: the primitive the
-    composition is built from (cached: a sweep's jobs and the planner's points share it)."""
-    return _trace_stage(_Key(model, a, b, first, last, dtype, microbatch_size, checkpointing, every, device))
+    composition is built from (cached: a sweep's jobs and the planner's points share it).
+    tp > 1: as TP rank 0 of the stage split by the model's tp_plan (harness/planning/tp_trace.py)."""
+    return _trace_stage(_Key(model, a, b, first, last, dtype, microbatch_size, checkpointing, every, device, tp,
+                             sequence_parallel, a, b))
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class _Key:
     checkpointing: bool
     every: int
     device: str
+    tp: int = 1
+    sequence_parallel: bool = False
+    sa: int = 0  # tp > 1: the stage [sa, se) whose TP plan splits layers [a, b)
+    se: int = 0
 
     def __hash__(self) -> int:
         return hash(self._tuple())
@@ -107,7 +116,8 @@ class _Key:
     def _tuple(self) -> tuple:
         return (repr(self.model.config),) + tuple(getattr(self, f) for f in
                                                   ("a", "b", "first", "last", "dtype", "microbatch_size",
-                                                   "checkpointing", "every", "device"))
+                                                   "checkpointing", "every", "device", "tp",
+                                                   "sequence_parallel", "sa", "se"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -138,20 +148,24 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
     fake = _fake(built, a, b, shape, k.device)
     default = torch.get_default_dtype()
     with compat.fake_tensors() if fake else contextlib.nullcontext():
-        torch.set_default_dtype(dtype)  # built in the dtype: .to() cannot convert fake parameters
-        try:
-            layers = model.build_layers(a, b, 0)
-        finally:
-            torch.set_default_dtype(default)
-        params = {compat.storage_id(p) for p in layers.parameters()}
+        if k.tp > 1:  # the run's split stage, and the input it hands layer a
+            layers, x = split_stage(built, a, b, k.sa, k.se, B, dtype, k.tp, k.sequence_parallel, first)
+        else:
+            torch.set_default_dtype(dtype)  # built in the dtype: .to() cannot convert fake parameters
+            try:
+                layers = model.build_layers(a, b, 0)
+            finally:
+                torch.set_default_dtype(default)
+            x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
+                 else torch.zeros(shape, dtype=dtype, requires_grad=not first))
+        params = {compat.storage_id(local(p)) for p in layers.parameters()}  # tp > 1: the rank's shards
         held: dict[int, int] = {}
 
         def count(_key: Any, t: torch.Tensor) -> None:
+            t = local(t)  # tp > 1: as the runtime's meter counts a DTensor (its shard) or a collective's output
             if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params:
                 held[compat.storage_id(t)] = t.untyped_storage().nbytes()
 
-        x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
-             else torch.zeros(shape, dtype=dtype, requires_grad=not first))
         stage = CheckpointedStage(layers, k.every, count, lambda key, fn: fn) if checkpointing else layers
         _, targets = model.batch(0, 0, B)
         with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(None, t), t)[1], lambda t: t):
@@ -164,11 +178,14 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
     return sum(held.values())
 
 
-def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str) -> int:
+def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str, tp: int = 1,
+                    sequence_parallel: bool = False, stage: tuple[int, int] = (0, 0)) -> int:
     """Bytes layer i's deferred weight gradient keeps from its I to its W, for one microbatch:
     what the runtime's store holds (harness/model/split_linear.py: each split linear's input
     and output gradient, each storage once), traced by running the layer's F and I as the
-    runtime does, with real tensors where _trace would use them, else fakes."""
+    runtime does, with real tensors where _trace would use them, else fakes. tp > 1: layer i
+    as `stage` splits it, TP rank 0's shards (a column-parallel linear keeps its whole input,
+    gathered under sequence parallelism, a row-parallel one its shard and the whole gradient)."""
     from harness.model.split_linear import WeightGradStore, attach_store, to_split_linear
 
     model = built.model
@@ -177,17 +194,20 @@ def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str) 
     fake = _fake(built, i, i + 1, shape, device)
     default = torch.get_default_dtype()
     with compat.fake_tensors() if fake else contextlib.nullcontext():
-        torch.set_default_dtype(DTYPES[dtype])
-        try:
-            layers = model.build_layers(i, i + 1, 0)
-        finally:
-            torch.set_default_dtype(default)
+        if tp > 1:  # split as the run splits it, before the store is attached (as the runtime does)
+            layers, x = split_stage(built, i, i + 1, *stage, b, DTYPES[dtype], tp, sequence_parallel, first)
+        else:
+            torch.set_default_dtype(DTYPES[dtype])
+            try:
+                layers = model.build_layers(i, i + 1, 0)
+            finally:
+                torch.set_default_dtype(default)
+            x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
+                 else torch.zeros(shape, dtype=DTYPES[dtype], requires_grad=not first))
         to_split_linear(layers)
         store = WeightGradStore()
         attach_store(layers, store)
-        params = {compat.storage_id(p) for p in layers.parameters()}
-        x = (torch.zeros(shape, dtype=in_dtype) if not in_dtype.is_floating_point
-             else torch.zeros(shape, dtype=DTYPES[dtype], requires_grad=not first))
+        params = {compat.storage_id(local(p)) for p in layers.parameters()}
         with store.defer("mb"):
             y = layers(x)
             if last:
@@ -195,7 +215,8 @@ def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str) 
             if not y.requires_grad:  # nothing here has a gradient (no parameters, no input gradient)
                 return 0
             torch.autograd.backward(y, grad_tensors=None if last else torch.ones_like(y))
-        held = {compat.storage_id(t): t.untyped_storage().nbytes() for t in store.holding("mb")
+        kept = [local(t) for t in store.holding("mb")]
+        held = {compat.storage_id(t): t.untyped_storage().nbytes() for t in kept
                 if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params}
     return sum(held.values())
 
@@ -204,12 +225,18 @@ def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str) 
 class LayerMemory:
     """The model's per-layer bytes in one dtype on one device: parameter tensors (BuiltModel's,
     on the meta device) and, per microbatch size, what each layer holds for its backward
-    (traced once per distinct layer) and what neighbours share."""
+    (traced once per distinct layer) and what neighbours share.
 
-    def __init__(self, model: BuiltModel, dtype: str, device: str):
+    tp > 1 (`at`): TP rank 0's bytes, per stage rather than per layer: a layer's split depends
+    on its stage (model=mlp pairs a stage's layers from its first), so a stage's activations
+    are traced whole, as the run splits it (harness/planning/tp_trace.py), and its parameter
+    tensors are the split stage's local shards."""
+
+    def __init__(self, model: BuiltModel, dtype: str, device: str, tp: int = 1, sequence_parallel: bool = False):
         if model.numels is None:
             raise ValueError("the model's layers cannot be built on the meta device: no per-layer memory")
         self.model, self.dtype, self.device = model, dtype, device
+        self.tp, self.sequence_parallel = tp, sequence_parallel
         self.L = model.num_layers
         self.itemsize = DTYPE_BYTES[dtype]
         self.numels = model.numels
@@ -223,6 +250,24 @@ class LayerMemory:
         """What a layer's bytes depend on: its kind, structure and sizes, and whether it is the
         first (no input gradient) or the last (the loss)."""
         return (self.model.kinds[i], self.model.structures[i], self.numels[i], i == 0, i == self.L - 1)
+
+    def at(self, tp: int, sequence_parallel: bool) -> LayerMemory:
+        """This model's memory at TP degree `tp` (with or without sequence parallelism)."""
+        if (tp, sequence_parallel) == (self.tp, self.sequence_parallel):
+            return self
+        return layer_memory(self.model, self.dtype, self.device, tp, sequence_parallel)
+
+    def tensors(self, a: int, e: int) -> list[int]:
+        """Elements of each parameter tensor stage [a, e) holds (tp > 1: TP rank 0's shards)."""
+        if self.tp == 1:
+            return [n for i in range(a, e) for n in self.numels[i]]
+        return list(stage_tensors(self.model, a, e, self.tp, self.sequence_parallel)[0])
+
+    def param_bytes(self, a: int, e: int) -> int:
+        """Bytes stage [a, e)'s parameters hold: their storages (tp > 1: the local shards')."""
+        if self.tp == 1:
+            return self.itemsize * sum(self.params[a:e])
+        return stage_tensors(self.model, a, e, self.tp, self.sequence_parallel)[1] * self.itemsize // 4
 
     def act_bytes(self, b: int) -> int:
         """One message between stages: the activation, in dtype."""
@@ -273,9 +318,10 @@ class LayerMemory:
         boundary), with or without checkpointing (an I recomputes what its W will need)."""
         total = 0
         for i in range(a, e):
-            key = (self.signature(i), b)
+            key = (self.signature(i), b) if self.tp == 1 else (i, a, e, b)  # tp > 1: split as its stage splits it
             if key not in self._deferred:
-                self._deferred[key] = _trace_deferred(self.model, i, self.dtype, b, self.device)
+                self._deferred[key] = _trace_deferred(self.model, i, self.dtype, b, self.device, self.tp,
+                                                      self.sequence_parallel, (a, e))
             total += self._deferred[key]
         return total
 
@@ -287,6 +333,9 @@ class LayerMemory:
         if split:
             whole = self.stage(a, e, b, checkpointing, every)
             return StageActivations(whole.kept, whole.recompute, self.deferred(a, e, b))
+        if self.tp > 1:  # traced whole: its layers' splits depend on the stage
+            return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, every,
+                               self.device, self.tp, self.sequence_parallel)
         if not checkpointing:
             return StageActivations(self._held(a, e, b), 0)
         size = every or (e - a)
@@ -301,9 +350,10 @@ class LayerMemory:
 
 
 @functools.lru_cache(maxsize=64)
-def layer_memory(model: BuiltModel, dtype: str, device: str) -> LayerMemory:
-    """One LayerMemory per built model, dtype and tracing device (its traces are kept)."""
-    return LayerMemory(model, dtype, device)
+def layer_memory(model: BuiltModel, dtype: str, device: str, tp: int = 1, sequence_parallel: bool = False
+                 ) -> LayerMemory:
+    """One LayerMemory per built model, dtype, tracing device and TP degree (its traces are kept)."""
+    return LayerMemory(model, dtype, device, tp, sequence_parallel)
 
 
 # -- the replay -----------------------------------------------------------------------------------------
@@ -412,9 +462,9 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
                acts: list[StageActivations]) -> list[RankBytes]:
     """[replica] the bytes of pipeline rank `prank` (replicas differ only in their ZeRO shard)."""
     r = layout.replays[prank]
-    tensors = [n for s in r.stages for i in range(*layout.stage_layers[s]) for n in mem.numels[i]]
-    params = mem.itemsize * sum(tensors)
-    grads = [mem.itemsize * sum(mem.params[a:e]) for a, e in layout.stage_layers]
+    tensors = [n for s in r.stages for n in mem.tensors(*layout.stage_layers[s])]
+    params = sum(mem.param_bytes(*layout.stage_layers[s]) for s in r.stages)
+    grads = [mem.itemsize * sum(mem.tensors(a, e)) for a, e in layout.stage_layers]
     kept = [acts[s].kept for s in r.stages] + [acts[s].deferred for s in r.stages]
     held = max(sum(n * k for n, k in zip(h, kept)) for h in r.helds)
     live = 0
@@ -423,10 +473,11 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
         if rc >= 0:
             x += acts[r.stages[rc]].recompute
         live = max(live, x)
+    grad_bytes = mem.itemsize * sum(tensors)  # a split parameter's gradient: its shard, as the parameter
     if not c.zero:
         opt = optimizer_bytes(tensors, tensors, c)
-        return [RankBytes(params, params, opt, held, params + opt + live)] * c.dp
-    return [RankBytes(params, params, opt, held, params + opt + live)
+        return [RankBytes(params, grad_bytes, opt, held, params + opt + live)] * c.dp
+    return [RankBytes(params, grad_bytes, opt, held, params + opt + live)
             for opt in (optimizer_bytes(sh, tensors, c) for sh in zero_shares(tensors, c.dp))]
 
 
@@ -438,18 +489,22 @@ def stage_activations(mem: LayerMemory, c: Config, stage_layers: tuple[tuple[int
 
 
 def theory_per_rank(plan) -> list[RankBytes]:
-    """One RankBytes per global rank (replica * pp + pipeline rank) of a Plan."""
+    """One RankBytes per global rank (replica * pp + pipeline rank) of a Plan; tp > 1: TP rank 0's
+    of each TP group (the rank a run's records measure)."""
     c = plan.config
-    mem = plan.memory()
+    mem = plan.memory().at(c.tp, c.sequence_parallel)
     layout = Layout(plan.stage_layers, plan.replays)
     acts = stage_activations(mem, c, plan.stage_layers, any(r.split for r in plan.replays))
     per_rank = [rank_bytes(mem, c, layout, p, acts) for p in range(c.pp)]
     return [per_rank[g % c.pp][g // c.pp] for g in range(c.pp * c.dp)]
 
 
-def fullest(mem: LayerMemory, c: Config, layout: Layout) -> tuple[RankBytes, int]:
+def fullest(mem: LayerMemory, c: Config, layout: Layout, tp: int | None = None,
+            sequence_parallel: bool | None = None) -> tuple[RankBytes, int]:
     """The fullest GPU of a plan and its pipeline rank: theory_per_rank's largest peak, without
-    listing every replica (the planner's question)."""
+    listing every replica (the planner's question), at TP degree `tp` with or without
+    `sequence_parallel` (default: c's), whatever TP degree `mem` was made for."""
+    mem = mem.at(c.tp if tp is None else tp, c.sequence_parallel if sequence_parallel is None else sequence_parallel)
     acts = stage_activations(mem, c, layout.stage_layers, any(r.split for r in layout.replays))
     best, where = None, 0
     for p in range(c.pp):

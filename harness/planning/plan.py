@@ -295,11 +295,9 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         raise ConfigError(f"device=cuda: executor={c.executor} needs a GPU per rank ({world} ranks, "
                           f"{cuda_devices} GPUs); only harness's own transport stages through host memory")
     if c.tp > 1:
-        notes.append(f"tp={c.tp}: the memory theory does not model tensor parallelism yet: the record keeps no "
-                     "theory per rank; the measured figures are tp rank 0's of each TP group; the modeled step adds "
-                     "the TP collectives to the modeled compute (cost.* or the profile: a TP rank's)"
-                     + ("; the measured peak leaves out checkpointing's recompute (accounted from that theory)"
-                        if c.checkpointing else ""))
+        notes.append(f"tp={c.tp}: the memory theory per rank and the measured figures are tp rank 0's of each TP "
+                     "group; the modeled step adds the TP collectives to the modeled compute (cost.* or the profile: "
+                     "a TP rank's)")
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
     if executor.transport:
         check_transport(c, schedule, transport, backend)

@@ -92,8 +92,8 @@ class NativeRunner:
         # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
         self.recompute = 0
-        if c.checkpointing and c.tp == 1:  # tp > 1: the theory has no TP-split graph; left out (a plan note)
-            acts = stage_activations(plan.memory(), c, plan.stage_layers)
+        if c.checkpointing:  # tp > 1: the stage as split on TP rank 0 (a fake group's, no communication)
+            acts = stage_activations(plan.memory().at(c.tp, c.sequence_parallel), c, plan.stage_layers)
             self.recompute = max(acts[s].recompute for s in self.layers)
 
     def parameters(self) -> list[torch.Tensor]:

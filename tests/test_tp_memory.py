@@ -1,0 +1,90 @@
+"""The memory theory at tp > 1 (harness/planning/tp_trace.py): TP rank 0's bytes, held to what a
+run measures on TP rank 0 of each group, to the byte, with and without sequence parallelism
+and checkpointing; the planner's function taking tp and sequence_parallel; a memory budget at
+tp > 1. tests/test_tp_runs.py's whole runs check the same equality on their runs (zero-bubble
+with sequence parallelism, pp x dp x tp with ZeRO-1, model=mlp's row-parallel stage ends)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.job import run_job
+from harness.measure.metrics import over_budget
+from harness.planning.memory_theory import Layout, fullest, theory_per_rank
+from harness.planning.plan import make_plan
+
+GPT = {"model.name": "gpt", "model.layers": 2, "model.hidden": 32, "model.heads": 4, "model.seq": 8,
+       "model.vocab": 64}
+KEYS = ("params", "grads", "optimizer", "activations", "peak")
+
+
+def assert_memory_is_theory(result, keys: tuple[str, ...] = KEYS) -> None:
+    """Every byte of every measured rank (TP rank 0 of each group) equals the theory's."""
+    mem = result.metrics.memory
+    assert mem.theory_per_rank is not None and len(mem.measured_per_rank) == len(mem.theory_per_rank)
+    for g, (measured, theory) in enumerate(zip(mem.measured_per_rank, mem.theory_per_rank)):
+        assert {k: measured[k] for k in keys} == {k: theory[k] for k in keys}, g
+
+
+# -- pure: the theory alone (one process, a fake TP group) ------------------------------------------
+
+def test_tp_splits_weights_and_sequence_parallel_shrinks_activations_on_every_rank(config):
+    one, two, sp = (theory_per_rank(make_plan(config(pp=2, microbatches=4, **GPT, **k)))
+                    for k in ({}, {"tp": 2}, {"tp": 2, "sequence_parallel": True}))
+    for a, b, s in zip(one, two, sp):
+        # split: the linears and the vocabulary; whole: norms, row-parallel biases, positions
+        assert a.params / 2 < b.params < a.params and b.grads == b.params
+        assert s.params < b.params if s is sp[0] else s.params == b.params  # SP: the positions split too
+        assert s.activations < b.activations < a.activations
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()  # the fake TP group took no default process group
+
+
+def test_the_planners_memory_takes_tp_and_sequence_parallel(config):
+    """`fullest` at tp= and sequence_parallel= from a tp=1 plan's memory equals the tp=2 plan's
+    theory (what advise's search calls for a point); tp=1 stays the tp=1 theory."""
+    c1 = config(pp=2, microbatches=4, **GPT)
+    p1 = make_plan(c1)
+    layout = Layout(p1.stage_layers, p1.replays)
+    assert fullest(p1.memory(), c1, layout)[0] == max(p1.theory_per_rank(), key=lambda r: r.peak)
+    p2 = make_plan(config(pp=2, microbatches=4, tp=2, sequence_parallel=True, **GPT))
+    at2, _ = fullest(p1.memory(), c1, layout, tp=2, sequence_parallel=True)
+    assert at2 == max(p2.theory_per_rank(), key=lambda r: r.peak)
+    assert at2.peak < fullest(p1.memory(), c1, layout)[0].peak
+
+
+def test_a_memory_budget_holds_at_tp2(config):
+    plan = make_plan(config(pp=2, tp=2, microbatches=4, **GPT))
+    peak = max(r.peak for r in plan.theory_per_rank()) / 2**30
+    assert over_budget(make_plan(config(pp=2, tp=2, microbatches=4, memory_budget_gib=peak, **GPT))) is None
+    line = over_budget(make_plan(config(pp=2, tp=2, microbatches=4, memory_budget_gib=peak / 2, **GPT)))
+    assert line.startswith(f"memory_budget_gib={peak / 2}: theory puts rank ")
+
+
+# -- dist: measured = theory to the byte ---------------------------------------------------------
+
+def _ran(tmp_path, config, **keys):
+    result = run_job(config(microbatches=4, steps=1, **keys), tmp_path, "test", "tpmem")
+    assert result.status == "ok", result.error
+    return result
+
+
+@pytest.mark.dist
+def test_gpt_gpipe_with_sequence_parallelism_and_checkpointing_is_its_theory(tmp_path, config):
+    """The checkpoint keeps each stage's sequence-sharded input; the recompute is the split stage's."""
+    assert_memory_is_theory(_ran(tmp_path, config, pp=2, tp=2, sequence_parallel=True, checkpointing=True,
+                                 **GPT, **{"schedule.name": "gpipe", "optimizer.name": "adamw"}))
+
+
+GRID = [dict(model, **{"schedule.name": s}, sequence_parallel=sp, checkpointing=ck)
+        for model in ({}, GPT) for s in ("gpipe", "1f1b", "zb_h1") for sp in (False, True) for ck in (False, True)
+        if not (sp and not model)]  # model=mlp has no sequence
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+@pytest.mark.parametrize("keys", GRID, ids=lambda k: "-".join(
+    [k.get("model.name", "mlp"), k["schedule.name"]] + ["sp"] * k["sequence_parallel"] + ["ckpt"] * k["checkpointing"]))
+def test_measured_equals_theory_at_tp2_on_the_grid(tmp_path, config, keys):
+    assert_memory_is_theory(_ran(tmp_path, config, pp=2, tp=2, **keys))
