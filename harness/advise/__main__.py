@@ -59,12 +59,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--global-batch", type=int, default=None, help="samples per step over all replicas")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default runs/advise/<time>)")
     ap.add_argument("--top", type=int, default=5, help="how many points get run commands")
-    ap.add_argument("--gpus", type=int, default=None, help="GPUs a point uses (pp x tp x dp; default: the whole cluster)")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="GPUs a point uses (pp x tp x dp; default: the whole cluster)")
     ap.add_argument("--schedules", nargs="+", default=list(searchable()), choices=searchable())
     ap.add_argument("--pp", type=int, nargs="+", default=None)
     ap.add_argument("--dp", type=int, nargs="+", default=None, help="default: gpus / (pp x tp)")
     ap.add_argument("--tp", type=int, nargs="+", default=None,
                     help="tensor-parallel degrees (default: every one the model allows, up to a node's GPUs)")
+    ap.add_argument("--tp-profiles", nargs="+", default=[], metavar="PROFILE",
+                    help="with profile=: profiles of one TP rank at tp > 1 (python -m harness.advise.derive --tp N "
+                         "--sequence-parallel); tp > 1 is searched where one is given")
     ap.add_argument("--tp-across-nodes", action="store_true", help="let a TP group span nodes (tp > GPUs per node)")
     ap.add_argument("--sequence-parallel", choices=("both", "on", "off"), default="on",
                     help="at tp > 1 (default on, as Megatron-LM and torchtitan run TP)")
@@ -189,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     from .search import Space, search
 
     try:
-        problem = build_problem(args.overrides, args.global_batch)
+        problem = build_problem(args.overrides, args.global_batch, args.tp_profiles)
         if problem.global_batch > MAX_GLOBAL_BATCH:  # given as global_batch=N among the keys
             raise AdviseError(f"global_batch={problem.global_batch}: more than {MAX_GLOBAL_BATCH:,} (allowed: "
                               f"1..{MAX_GLOBAL_BATCH:,} samples per step; the search lists its divisors)")

@@ -67,7 +67,7 @@ from harness.schedules.ir import Action, Kind
 from harness.schedules.registry import COSTS, SCHEDULES, searchable
 from harness.simulate import engine, links
 from harness.simulate.cost import CostModel
-from harness.simulate.pricing import price
+from harness.simulate.pricing import message_bytes_of, plan_tp_collectives, price
 
 GIB = 2**30
 
@@ -176,6 +176,21 @@ class Problem:
     overrides: list[str]  # what the printed commands say besides the point's keys (python -m harness keys)
     cluster_keys: list[str]  # cluster=<preset> and cluster.* as given: what prices a point (executor=sim)
     notes: list[str] = field(default_factory=list)
+    # (tp, sequence_parallel) -> the profile of one TP rank there (--tp-profiles); the config's own is tp=1's
+    tp_profiles: dict[tuple[int, bool], str] = field(default_factory=dict)
+
+    def profile_at(self, tp: int, sequence_parallel: bool) -> str | None:
+        """The profile a point at (tp, sequence_parallel) is priced on: the config's at tp=1, else the
+        --tp-profiles one; None where there is none (no profile: cost.* stands for a TP rank's)."""
+        if tp == 1 or not self.config.profile:
+            return self.config.profile
+        return self.tp_profiles.get((tp, sequence_parallel))
+
+    def config_of(self, pt: Point) -> Config:
+        """The point's harness Config: the base's keys, its own, and the profile of its TP rank."""
+        c = pt.config(self.config)
+        profile = self.profile_at(pt.tp, pt.sequence_parallel)
+        return c if profile == c.profile else replace(c, profile=profile)
 
     @property
     def cluster(self):
@@ -273,8 +288,12 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                             continue
                         seen.add((sig, ck, z, sp))
                         pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None, tp, sp)
+                        if p.profile_at(tp, sp) is None:
+                            drop(NO_TP_PROFILE, f"{pt.label()}: no --tp-profiles file at tp={tp}"
+                                                f"{' with sequence_parallel' if sp else ''}")
+                            continue
                         try:
-                            c = pt.config(p.config)
+                            c = p.config_of(pt)
                             validate(c, 0, p.model)
                             if entry.needs == COSTS:  # its stages, which the plan checks once it is made
                                 check_stages(c, pp * entry.chunks(v), p.num_layers)
@@ -293,6 +312,8 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
     return points, dropped, example, [pt for _, pt in sorted(heavy)]
 
 
+NO_TP_PROFILE = ("tp > 1: the profile times a tp=1 rank; no --tp-profiles profile of this TP degree's rank "
+                 "(python -m harness.advise.derive --tp N --sequence-parallel writes a derived one)")
 WEIGHTS_DO_NOT_FIT = ("its parameters, gradients and optimizer state alone exceed the usable memory (a lower bound "
                       "of the memory theory's, not priced)")
 
@@ -383,7 +404,7 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
         for x in space.memory_limits:
             q = replace(pt, memory_limit=float(x))
             try:
-                validate(q.config(p.config), 0, p.model)
+                validate(p.config_of(q), 0, p.model)
             except ConfigError as e:
                 drop(_reason(str(e)), f"{q.label()}: {e}")
                 continue
@@ -395,7 +416,7 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
             seen.add(held)
             out.append(q)
         return out
-    c = pt.config(p.config)
+    c = p.config_of(pt)
     most, one = _budget(p, c, min(m, 2 * pp))
     if most < 1:
         drop(f"{name}: not one microbatch per rank fits the memory budget (memory theory)",
@@ -427,7 +448,7 @@ def auto_bound(p: Problem, pt: Point) -> float:
     schedule with more than one stage per rank."""
     if pt.chunks != 1:
         return 0.0
-    c = pt.config(p.config)
+    c = p.config_of(pt)
     c = replace(c, microbatch_size=planned_microbatch_size(c))
     cost = _priced(p, c)
     n, m = c.pp, c.microbatches
@@ -451,9 +472,9 @@ def _priced(p: Problem, c: Config) -> CostModel:
     schedule.costs=model): the partition's modeled costs priced on one stage per rank."""
     bounds = make_partition(c, p.model, c.pp).bounds
     modeled, _ = emulated_costs(c, bounds, p.model)
-    stage_params = [sum(p.model.layer_params[a:b]) for a, b in bounds]
-    nbytes = DTYPE_BYTES[c.dtype] * p.model.activation_numel(c.microbatch_size)
-    return price(c, modeled, tuple(range(c.pp)), stage_params, nbytes)
+    stage_params = [sum(p.model.layer_params[a:b]) // c.tp for a, b in bounds]  # a TP rank's share
+    return price(c, modeled, tuple(range(c.pp)), stage_params, message_bytes_of(c, p.model),
+                 plan_tp_collectives(c, p.model, list(bounds)))
 
 
 def _nodes(cl, placement: str, r: int, pp: int, dp: int, tp: int) -> list[tuple[int, ...]]:
@@ -493,7 +514,7 @@ def tensor_degrees(p: Problem, space: Space, gpus: int) -> tuple[int, ...]:
 
 
 def evaluate(p: Problem, pt: Point) -> Prediction:
-    return _prediction(make_plan(pt.config(p.config), 0, p.model))
+    return _prediction(make_plan(p.config_of(pt), 0, p.model))
 
 
 @dataclass

@@ -67,7 +67,8 @@ class Point:
         v = f" v={self.virtual_stages}" if entry.reads_virtual_stages else ""
         limit = f" {entry.limit_key}={limit_label(self.memory_limit)}" if self.memory_limit is not None else ""
         tp = f" tp={self.tp}{' sp' if self.sequence_parallel else ''}" if self.tp > 1 else ""
-        return (f"{self.schedule} pp={self.pp}{tp} dp={self.dp} M={self.microbatches} B={self.microbatch_size}{v}{limit}"
+        return (f"{self.schedule} pp={self.pp}{tp} dp={self.dp} M={self.microbatches} B={self.microbatch_size}"
+                f"{v}{limit}"
                 f"{' ckpt' if self.checkpointing else ''}{' zero1' if self.zero else ''}"
                 f"{' dp_inner' if self.placement == 'dp_inner' else ''}")
 
