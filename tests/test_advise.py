@@ -326,7 +326,7 @@ def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
             if tuple(keys) not in composed:
                 composed[tuple(keys)] = compose_config(keys)
             c = composed[tuple(keys)]
-            world = c.pp * c.dp
+            world = c.pp * c.tp * c.dp
             if where == "predicted":
                 assert keys[:1 + len(cluster_keys)] == ["executor=sim", *cluster_keys], keys
                 got = predict(c)
@@ -666,12 +666,48 @@ def test_the_search_covers_tp_where_the_model_and_the_node_allow_it():
     assert Point.of(pt.config(p.config)) == pt
 
 
-@pytest.mark.parametrize("flags,expected", [
-    (["--tp", "3"], "--tp 3: must divide the 8 GPUs (allowed: [1, 2, 4, 8])"),
-    (["--tp", "16", "--gpus", "16"], "--gpus 16: the cluster has 8"),
-    (["--tp", "8", "cluster.gpus_per_node=4", "cluster.nodes=2"], "--tp 8: a TP group would span nodes of 4 GPUs"),
-    (["--tp", "0"], "--tp 0: tensor-parallel ranks inside each stage (allowed: integers 1..")])
-def test_bad_tp_flags_are_one_line_and_exit_2(capsys, flags, expected):
-    assert advise_main(["cluster=h200_node", "model=gpt", "model.heads=8", "--global-batch", "8", *flags]) == 2
+@pytest.mark.parametrize("keys,flags,expected", [
+    ([], ["--tp", "3"], "--tp 3: must divide the 8 GPUs (allowed: [1, 2, 4, 8])"),
+    ([], ["--tp", "16", "--gpus", "16"], "--gpus 16: the cluster has 8"),
+    (["cluster.gpus_per_node=4", "cluster.nodes=2"], ["--tp", "8"], "--tp 8: a TP group would span nodes of 4 GPUs"),
+    (["model.heads=12"], ["--tp", "8"], "--tp 8: model.heads=12: tp=8 must divide it"),
+    ([], ["--tp", "0"], "--tp 0: tensor-parallel ranks inside each stage (allowed: integers 1..")])
+def test_bad_tp_flags_are_one_line_and_exit_2(capsys, keys, flags, expected):
+    assert advise_main(["cluster=h200_node", "model=gpt", "model.heads=8", *keys, "--global-batch", "8", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(f"harness.advise: error: {expected}"), err
+
+
+def test_a_tp_points_printed_command_reproduces_its_prediction():
+    """At tp=2 with sequence parallelism (a small GPT on one H200 node): the printed commands
+    carry tp and sequence_parallel, and the `predicted` one reproduces the point's step and
+    peak memory to 1e-6."""
+    p = build_problem(["cluster=h200_node", "model=gpt", "model.layers=4", "model.heads=4", "model.hidden=64",
+                       "model.vocab=64", "model.seq=16", "dtype=bf16"], 8)
+    r = search(p, Space(schedules=("1f1b", "zb_h1"), pp=(2,), tp=(2,), microbatch_sizes=(1,), zero=(0,),
+                        checkpointing=(False,), placements=("pp_inner",)), workers=1)
+    for x in r.fitting:
+        cmd = commands(p, x)
+        assert all("tp=2" in c and "sequence_parallel=true" in c for c in cmd.values())
+        got = predict(compose_config(_harness_args(cmd["predicted"])))
+        assert got.point == x.point and got.point.tp == 2 and got.point.sequence_parallel
+        assert got.step_time_s == pytest.approx(x.step_time_s, rel=1e-6)
+        assert got.memory.peak == pytest.approx(x.memory.peak, rel=1e-6)
+    assert len(r.fitting) == 2
+
+
+@pytest.mark.slow
+def test_the_70b_example_at_tp8_reproduces_on_its_tp_profile(tmp_path, monkeypatch):
+    """(slow: the 70B's tp=8 stages are traced whole, seconds each.) The 70B example's tp=8 points
+    are priced on the tp=8 rank's derived profile, and their
+    commands name it and reproduce (step and memory to 1e-6)."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "advice"
+    profiles = [f"data/llama70b_h200_derived_block_profile_tp{t}.json" for t in (2, 4, 8)]
+    assert advise_main(["cluster=h200_8nodes", "profile=data/llama70b_h200_derived_block_profile.json", "dtype=bf16",
+                        "optimizer=adamw", "--global-batch", "512", "--pp", "8", "--tp", "8", "--microbatch-sizes", "1",
+                        "--schedules", "1f1b", "--checkpointing", "off", "--placements", "pp_inner", "--top", "1",
+                        "--tp-profiles", *profiles, "--out", str(out)]) == 0
+    best = json.loads((out / "advice.json").read_text())["points"][0]
+    assert "profile=data/llama70b_h200_derived_block_profile_tp8.json" in best["commands"]["predicted"]
+    assert _reproduces(out, ["cluster=h200_8nodes"], cuda=True) == 3

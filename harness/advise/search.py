@@ -288,7 +288,7 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                             continue
                         seen.add((sig, ck, z, sp))
                         pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None, tp, sp)
-                        if p.profile_at(tp, sp) is None:
+                        if p.config.profile and p.profile_at(tp, sp) is None:
                             drop(NO_TP_PROFILE, f"{pt.label()}: no --tp-profiles file at tp={tp}"
                                                 f"{' with sequence_parallel' if sp else ''}")
                             continue
