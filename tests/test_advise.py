@@ -246,7 +246,7 @@ def test_a_global_batch_nothing_divides():
     c = config()
     p = _problem(c, cluster(gpus_per_node=8), 7)
     with pytest.raises(AdviseError, match=r"--global-batch 7: no data-parallel degree here divides it"):
-        search(p, Space(pp=(1, 2)))
+        search(p, Space(pp=(1, 2), tp=(1,)))  # tp=8 would leave dp=1, which divides it
 
 
 def test_an_empty_search_space_says_why():
