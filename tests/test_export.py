@@ -100,9 +100,9 @@ def test_the_registry_sections_are_trainer_configs_own():
 
 
 def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys):
-    """The 70B example's best interleaved 1F1B point: Interleaved1F1B over 32 uneven stages
-    (module names per part), FSDP over dp=8 for ZeRO-1, M=64 of B=1, full AC, bf16 mixed
-    precision; torchtitan's own stage placement puts each part on the rank the harness does."""
+    """The 70B example's best interleaved 1F1B point: Interleaved1F1B over its uneven stages
+    (module names per part), its tp, FSDP over dp for ZeRO-1, M of B=1, full AC where it
+    checkpoints, bf16 mixed precision; torchtitan's own stage placement puts each part on the rank the harness does."""
     need_torchtitan()
     from torchtitan.distributed.activation_checkpoint import FullAC
     from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
@@ -120,14 +120,14 @@ def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys
     assert par.pipeline_parallel_microbatch_size == o["microbatch_size"]
     assert stage_layers_of_fqns(par.module_fqns_per_model_part) == point["layers_per_stage"]
     assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (1, o["dp"])
-    assert (par.tensor_parallel_degree, par.context_parallel_degree) == (1, 1)
+    assert (par.tensor_parallel_degree, par.context_parallel_degree) == (o.get("tp", 1), 1)
     t = c.training
     assert t.local_batch_size // par.pipeline_parallel_microbatch_size == o["microbatches"]
     assert t.global_batch_size == o["global_batch"] == t.local_batch_size * o["dp"]
     assert (t.dtype, t.mixed_precision_param, t.seq_len) == ("float32", "bfloat16", 4096)
     # Trainer.Config.__post_init__'s rules (trainer.py): B divides the local batch, no CUDA graphs with PP
     assert t.local_batch_size % par.pipeline_parallel_microbatch_size == 0 and t.disable_cuda_graphs
-    assert isinstance(c.activation_checkpoint, FullAC.Config)
+    assert isinstance(c.activation_checkpoint, FullAC.Config) == o["checkpointing"]
     stages = len(point["layers_per_stage"])
     assert [s for r in range(8) for s in _get_pp_rank_to_stage_indices_mapping(r, 8, "Interleaved1F1B", stages)
             if s % 8 != r] == []
@@ -331,7 +331,8 @@ def test_megatron_flags_of_advice_points_are_the_parsers(capsys, rank):
     point = next(p for p in json.loads(ADVICE.read_text())["points"] if p["rank"] == rank)
     o = point["overrides"]
     value = lambda flag: args[args.index(flag) + 1]  # noqa: E731
-    assert value("--pipeline-model-parallel-size") == str(o["pp"]) and value("--tensor-model-parallel-size") == "1"
+    assert value("--pipeline-model-parallel-size") == str(o["pp"])
+    assert value("--tensor-model-parallel-size") == str(o.get("tp", 1))
     assert value("--micro-batch-size") == str(o["microbatch_size"])
     assert value("--global-batch-size") == str(o["global_batch"])
     assert ("--use-distributed-optimizer" in args) == (o["zero"] == 1)
