@@ -1,6 +1,9 @@
-"""The search: every point of schedule x pp x dp x M (B from the global batch) x v x
+"""The search: every point of schedule x pp x tp x dp x M (B from the global batch) x v x
 checkpointing x ZeRO x placement, each a harness Config, its predicted step time and memory per
-GPU, what fits, ranked.
+GPU, what fits, ranked. tp runs over the degrees the model allows within a node, sequence
+parallelism on (`tensor_degrees`, Space.sequence_parallel); with a profile, a point at tp > 1
+is priced on its TP rank's profile (Problem.tp_profiles, the CLI's --tp-profiles). Points whose
+weights alone cannot fit are left out before they are planned (`weight_bound`).
 
 A point is the problem's config (executor=sim, the cluster, the model, dtype, optimizer,
 profile) with the point's keys set. Whether the harness can run it is the harness's own
