@@ -671,7 +671,9 @@ def test_the_search_covers_tp_where_the_model_and_the_node_allow_it():
     ([], ["--tp", "16", "--gpus", "16"], "--gpus 16: the cluster has 8"),
     (["cluster.gpus_per_node=4", "cluster.nodes=2"], ["--tp", "8"], "--tp 8: a TP group would span nodes of 4 GPUs"),
     (["model.heads=12"], ["--tp", "8"], "--tp 8: model.heads=12: tp=8 must divide it"),
-    ([], ["--tp", "0"], "--tp 0: tensor-parallel ranks inside each stage (allowed: integers 1..")])
+    ([], ["--tp", "0"], "--tp 0: tensor-parallel ranks inside each stage (allowed: integers 1.."),
+    ([f"profile={ROOT / 'data' / 'gpt2_h200_profile.json'}"], ["--tp-profiles", str(ROOT / "data" / "gpt2_h200_profile.json")],
+     f"--tp-profiles {ROOT / 'data' / 'gpt2_h200_profile.json'}: model.tp=None")])
 def test_bad_tp_flags_are_one_line_and_exit_2(capsys, keys, flags, expected):
     assert advise_main(["cluster=h200_node", "model=gpt", "model.heads=8", *keys, "--global-batch", "8", *flags]) == 2
     err = capsys.readouterr().err.strip()
