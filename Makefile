@@ -48,7 +48,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: help venv sweep example report profile advise advise-validate calibrate test test-fast test-all bench gpu-check \
+.PHONY: help venv sweep example report profile advise advise-validate sc21 calibrate test test-fast test-all bench gpu-check \
 	gpu-wheels clean dashboard
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -104,6 +104,9 @@ advise: venv ## Predict the best pipeline for a model on a cluster (ADVISE_ARGS;
 
 advise-validate: venv ## Predicted against measured on this machine (cluster=here): reports/advise_validation/
 	$(PY) -m tools.advise_validate --out reports/advise_validation
+
+sc21: venv ## SC21 Megatron-LM Table 1 (GPT 39B-1T on DGX A100) through executor=sim, beside the published TFLOP/s
+	$(PY) -m tools.sc21
 
 calibrate: venv ## Measure this machine as cluster=here (harness/conf/cluster/here.yaml); on a quiet machine
 	$(PY) -m tools.calibrate

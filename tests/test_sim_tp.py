@@ -89,3 +89,9 @@ def test_an_emulated_tp2_run_measures_the_simulated_step(tmp_path, config):
     hidden = simulated / make_plan(replace(c, executor="sim", tp=1)).modeled_step_s()  # what the holds hide
     ratio = simulated / r.metrics.step_time_s
     assert 0.8 / stretch(oversleep(c, r.metrics)) < ratio <= 1.02 * hidden, (ratio, hidden)
+
+
+def test_a_profile_at_another_tp_is_said_to_be_taken_unsplit(config):
+    plan = make_plan(config(executor="sim", tp=2, profile="data/gpt2_h200_profile.json",
+                            **{**GPT, "model.layers": 12, "model.hidden": 64}))
+    assert any("its times are at tp=1, taken as a TP rank's at tp=2" in n for n in plan.notes)

@@ -41,6 +41,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.planning.compute_model import ComputeModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "data" / "gpt2_h200_profile.json"
@@ -100,7 +104,7 @@ def paper_flops(r: Row) -> float:
     return 96 * b * s * l * h ** 2 * (1 + s / (6 * h) + VOCAB / (16 * l * h))
 
 
-def compute_model():
+def compute_model() -> ComputeModel:
     """The one calibration: the compute model fitted on the measured H200 GPT-2 profile, its
     rates moved to the A100 (compute_model.ComputeModel.on_device)."""
     from harness.config import DTYPE_BYTES
@@ -112,7 +116,7 @@ def compute_model():
     return h200.on_device(lookup(DEVICE))
 
 
-def profile_of(r: Row, cm) -> dict:
+def profile_of(r: Row, cm: ComputeModel) -> dict:
     """A one-block profile (embedding, one block, head) of the row's GPT at tp=8, microbatch 1,
     DERIVED by `cm` per operation: what python -m harness expands by kind to the row's layers."""
     import torch
@@ -166,7 +170,7 @@ class Reproduced:
     step_s: float
     tflops: float  # per GPU, the paper's count over the simulated step
     harness_hfu_tflops: float  # per GPU, the harness's own hardware count (metrics.flops)
-    parts: dict  # what the step is made of: compute, TP collectives, bubble, dp sync, optimizer (seconds)
+    parts: dict  # what the step is made of, per rank on average: compute, TP collectives, the rest (seconds)
     command: str
 
     @property
@@ -174,13 +178,12 @@ class Reproduced:
         return self.tflops / self.row.published_tflops
 
 
-def reproduce(r: Row, cm, workdir: Path) -> Reproduced:
+def reproduce(r: Row, cm: ComputeModel, workdir: Path) -> Reproduced:
     """The row's plan as python -m harness makes it (compose_config, make_plan), its simulated
     step and what that step is made of."""
     from harness.frontend.compose import compose_config
     from harness.planning.flops import flops_of
     from harness.planning.plan import make_plan
-    from harness.simulate import engine
     from harness.simulate.pricing import plan_tp_collectives
 
     path = workdir / f"sc21_{r.name}.json"
@@ -194,15 +197,12 @@ def reproduce(r: Row, cm, workdir: Path) -> Reproduced:
     per_rank = stages // r.pp
     tp_total = m * per_rank * (sum(f for f, _ in tp_s) * 2 + sum(b for _, b in tp_s)) / stages  # F, recompute, B
     busy = m * per_rank * (sum(cost.fwd_s) + sum(cost.bwd_s)) / stages
-    no_sync = engine.step_time(plan.compiled, cost.without_comm())
     after = max(cost.optimizer_s or (0.0,))  # dp_sync=after_flush: the rank's all-reduces, then its optimizer step
     parts = {"compute": busy - tp_total, "tp_collectives": tp_total,
-             "pipeline_bubble_and_hops": step - busy - after, "dp_allreduce_and_optimizer": after,
-             "step_without_comm": no_sync}
+             "pipeline_bubble_and_hops": step - busy - after, "dp_allreduce_and_optimizer": after}
     hfu = flops_of(plan, step).hardware_tflops_per_device
-    shown = ["profile=<derived>" if k.startswith("profile=") else k for k in keys]
     return Reproduced(r, step, paper_flops(r) / step / r.gpus / 1e12, hfu, parts,
-                      "python -m harness " + " ".join(shown))
+                      "python -m harness " + " ".join(f"'{k}'" if "[" in k else k for k in keys))
 
 
 def table(results: list[Reproduced]) -> str:
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.sc21", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", nargs="*", default=None, help="only these rows (e.g. 39.1B 1008B)")
-    ap.add_argument("--commands", action="store_true", help="print each row's python -m harness command too")
+    ap.add_argument("--commands", metavar="DIR", type=Path, default=None,
+                    help="write each row's derived profile into DIR and print its python -m harness command")
     args = ap.parse_args(argv)
     rows = [r for r in ROWS if args.rows is None or r.name in args.rows]
     if not rows:
@@ -231,9 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cm = compute_model()
     with tempfile.TemporaryDirectory() as tmp:
-        results = [reproduce(r, cm, Path(tmp)) for r in rows]
+        where = args.commands if args.commands is not None else Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        results = [reproduce(r, cm, where) for r in rows]
     print(table(results))
-    if args.commands:
+    if args.commands is not None:
         for x in results:
             print(f"\n{x.row.name}: {x.command}")
     missed = [x.row.name for x in results if abs(x.ratio - 1) > TOLERANCE]

@@ -19,7 +19,7 @@ from harness.config import MAX_TIMEOUT_S, Config, ConfigError, planned_microbatc
 from harness.planning.memory_theory import LayerMemory, RankBytes, Replay, layer_memory, replay, theory_per_rank
 from harness.model.built import BuiltModel
 from harness.model.partition import Partition, explicit, min_max, uniform
-from harness.model.profile_data import ProfileError, load_profile
+from harness.model.profile_data import ProfileError, load_profile, read_profile
 from harness.records.result import PlanRecord, RecordError
 from harness.records.result import read as read_result
 from harness.runtime.registry import EXECUTORS
@@ -298,6 +298,10 @@ def make_plan(c: Config, cuda_devices: int = 0, model: BuiltModel | None = None,
         notes.append(f"tp={c.tp}: the memory theory per rank and the measured figures are tp rank 0's of each TP "
                      "group; the modeled step adds the TP collectives to the modeled compute (cost.* or the profile: "
                      "a TP rank's)")
+        at = (read_profile(c.profile).get("model") or {}).get("tp", 1) if c.profile else c.tp
+        if at != c.tp:
+            notes.append(f"profile={c.profile}: its times are at tp={at}, taken as a TP rank's at tp={c.tp} (not "
+                         "split: derive one at this tp, as tools/sc21.py does, or profile one TP rank)")
     transport = c.p2p if c.p2p != "auto" else ("safe" if backend == "nccl" else "eager")
     if executor.transport:
         check_transport(c, schedule, transport, backend)

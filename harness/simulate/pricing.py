@@ -96,10 +96,10 @@ def price(c: Config, modeled: CostModel, owner: tuple[int, ...], stage_params: l
         opt[r] += stage_params[s] * touched / bandwidth
         if sync and c.dp_sync == "after_flush":  # Megatron-LM's finalize_model_grads: after the rank's schedule
             opt[r] += sync[s]
-    if c.dp_sync == "after_flush":
-        sync = ()
         if c.zero and c.dp > 1:
             opt[r] += links.allgather_s(cl, grads[s], gpus[r])
+    if c.dp_sync == "after_flush":
+        sync = ()
     return replace(priced, message_bytes=(message_bytes,) * S, fwd_hop_s=tuple(fwd_hop), bwd_hop_s=tuple(bwd_hop),
                    sync_s=sync, action_overhead_s=0.0 if real else links.overhead(cl, "action_s", world),
                    send_s=links.overhead(cl, "send_s", world), recv_s=links.overhead(cl, "recv_s", world),
