@@ -261,13 +261,7 @@ class LayerMemory:
         """Elements of each parameter tensor stage [a, e) holds (tp > 1: TP rank 0's shards)."""
         if self.tp == 1:
             return [n for i in range(a, e) for n in self.numels[i]]
-        return list(stage_tensors(self.model, a, e, self.tp, self.sequence_parallel)[0])
-
-    def param_bytes(self, a: int, e: int) -> int:
-        """Bytes stage [a, e)'s parameters hold: their storages (tp > 1: the local shards')."""
-        if self.tp == 1:
-            return self.itemsize * sum(self.params[a:e])
-        return stage_tensors(self.model, a, e, self.tp, self.sequence_parallel)[1] * self.itemsize // 4
+        return list(stage_tensors(self.model, a, e, self.tp, self.sequence_parallel))
 
     def act_bytes(self, b: int) -> int:
         """One message between stages: the activation, in dtype."""
@@ -462,8 +456,8 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
                acts: list[StageActivations]) -> list[RankBytes]:
     """[replica] the bytes of pipeline rank `prank` (replicas differ only in their ZeRO shard)."""
     r = layout.replays[prank]
-    tensors = [n for s in r.stages for n in mem.tensors(*layout.stage_layers[s])]
-    params = sum(mem.param_bytes(*layout.stage_layers[s]) for s in r.stages)
+    tensors = [n for s in r.stages for n in mem.tensors(*layout.stage_layers[s])]  # tp > 1: the local shards
+    params = mem.itemsize * sum(tensors)
     grads = [mem.itemsize * sum(mem.tensors(a, e)) for a, e in layout.stage_layers]
     kept = [acts[s].kept for s in r.stages] + [acts[s].deferred for s in r.stages]
     held = max(sum(n * k for n, k in zip(h, kept)) for h in r.helds)
@@ -473,11 +467,10 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
         if rc >= 0:
             x += acts[r.stages[rc]].recompute
         live = max(live, x)
-    grad_bytes = mem.itemsize * sum(tensors)  # a split parameter's gradient: its shard, as the parameter
-    if not c.zero:
+    if not c.zero:  # a split parameter's gradient is its shard, as the parameter
         opt = optimizer_bytes(tensors, tensors, c)
-        return [RankBytes(params, grad_bytes, opt, held, params + opt + live)] * c.dp
-    return [RankBytes(params, grad_bytes, opt, held, params + opt + live)
+        return [RankBytes(params, params, opt, held, params + opt + live)] * c.dp
+    return [RankBytes(params, params, opt, held, params + opt + live)
             for opt in (optimizer_bytes(sh, tensors, c) for sh in zero_shares(tensors, c.dp))]
 
 

@@ -32,10 +32,9 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from harness.model.built import BuiltModel
 from harness.parallel.tensor import local, parallelize_stage
 
-FAKE_GROUP = "harness_memory_theory_tp{tp}"  # one fake group per TP degree, per process
+FAKE_GROUP = "harness_memory_theory_tp{tp}_rank{rank}"  # one fake group per TP degree and global rank
 
 
-@functools.lru_cache(maxsize=8)
 def fake_tp_mesh(tp: int) -> Any:
     """A 1-D DeviceMesh of `tp` ranks over a FakeProcessGroup in which this process is rank 0:
     DTensor's collectives run (output shapes, no communication, no other process). Built
@@ -43,18 +42,24 @@ def fake_tp_mesh(tp: int) -> Any:
     "fake" backend) rather than with init_process_group("fake"): a worker already has its
     default group, and the planner must not take one. Private torch API (torch 2.13)."""
     import torch.distributed as dist
+
+    return _fake_tp_mesh(tp, dist.get_rank() if dist.is_initialized() else 0)
+
+
+@functools.lru_cache(maxsize=8)
+def _fake_tp_mesh(tp: int, me: int) -> Any:
+    """(per global rank `me`: a process forked after making one has a rank of its own)"""
     import torch.distributed.distributed_c10d as c10d
     from torch._C._distributed_c10d import FakeProcessGroup, ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    me = dist.get_rank() if dist.is_initialized() else 0
     store = FakeStore()
     group = ProcessGroup(store, 0, tp)
     backend = FakeProcessGroup._create_internal(0, tp, FakeProcessGroup.Options())
     group._set_default_backend(ProcessGroup.BackendType.CUSTOM)
     group._register_backend(torch.device("cpu"), ProcessGroup.BackendType.CUSTOM, backend)
-    name = FAKE_GROUP.format(tp=tp)
+    name = FAKE_GROUP.format(tp=tp, rank=me)
     group._set_group_name(name)
     c10d._register_process_group(name, group)
     c10d._world.pg_map[group] = ("fake", store)
@@ -72,7 +77,9 @@ def fake_tp_mesh(tp: int) -> Any:
             return 0
 
     with torch.device("cpu"):  # the caller may be building on the meta device
-        mesh = FakeMesh("cpu", torch.arange(me, me + tp, dtype=torch.int), _init_backend=False, _rank=me)
+        # its own dimension name: never equal to a run's TP mesh (DTensor's caches compare meshes)
+        mesh = FakeMesh("cpu", torch.arange(me, me + tp, dtype=torch.int), mesh_dim_names=("tp_theory",),
+                        _init_backend=False, _rank=me)
     mesh._dim_group_names = [name]
     mesh._pg_registry[name] = group
     return mesh
@@ -147,18 +154,10 @@ def split_stage(built: BuiltModel, a: int, e: int, sa: int, se: int, b: int, dty
 
 
 @functools.lru_cache(maxsize=1024)
-def _stage_tensors(built: BuiltModel, sa: int, se: int, tp: int, sequence_parallel: bool
-                   ) -> tuple[tuple[int, ...], int]:
+def stage_tensors(built: BuiltModel, sa: int, se: int, tp: int, sequence_parallel: bool) -> tuple[int, ...]:
+    """Stage [sa, se)'s parameter tensors on TP rank 0: each local shard's elements (a
+    replicated tensor's all). Each is a storage of its own in a run: torch's parallelize_module
+    scatters every shard from rank 0 into a new tensor, whatever the styles ask."""
     with torch.device("meta"):
         layers = _split(built, sa, se, tp, sequence_parallel)
-    shards = [local(p) for p in layers.parameters()]
-    storages = {s.untyped_storage()._cdata: s.untyped_storage().nbytes() for s in shards}
-    return tuple(s.numel() for s in shards), sum(storages.values())
-
-
-def stage_tensors(built: BuiltModel, sa: int, se: int, tp: int, sequence_parallel: bool
-                  ) -> tuple[tuple[int, ...], int]:
-    """Stage [sa, se)'s parameter tensors on TP rank 0: each local shard's elements (a
-    replicated tensor's all), and the bytes of their storages in fp32 (what the rank's
-    parameters hold; in another dtype, scale by its item size)."""
-    return _stage_tensors(built, sa, se, tp, sequence_parallel)
+    return tuple(local(p).numel() for p in layers.parameters())
