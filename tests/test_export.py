@@ -119,7 +119,9 @@ def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys
     assert par.pipeline_parallel_schedule == "Interleaved1F1B" and not par.pipeline_parallel_schedule_csv
     assert par.pipeline_parallel_microbatch_size == o["microbatch_size"]
     assert stage_layers_of_fqns(par.module_fqns_per_model_part) == point["layers_per_stage"]
-    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (1, o["dp"])
+    # ZeRO-1 as FSDP over dp, plain DDP as replicate
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == ((1, o["dp"]) if o["zero"]
+                                                                                    else (o["dp"], 1))
     assert (par.tensor_parallel_degree, par.context_parallel_degree) == (o.get("tp", 1), 1)
     t = c.training
     assert t.local_batch_size // par.pipeline_parallel_microbatch_size == o["microbatches"]
