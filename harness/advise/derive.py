@@ -10,8 +10,8 @@ by their m, n, k + causal attention at FlashAttention-3's published rates + memo
 (norms, SwiGLU, rotary, residual adds, the loss) at a share of the bandwidth + bytes x a fitted
 residual per byte), with the H200's rates from harness/planning/devices.py and the 70B layer's
 shape (tp=1; `--tp N --sequence-parallel`: one TP rank's, written as
-data/llama70b_h200_derived_block_profile_tpN.json for harness.advise --tp-profiles). The head's loss over fp32 logits keeps GPT-2's measured residual per byte; what
-was a launch floor for GPT-2 stays one. The JSON's "derivation" holds the fit, its source, the
+data/llama70b_h200_derived_block_profile_tpN.json for harness.advise --tp-profiles). The head's
+loss over fp32 logits keeps GPT-2's measured residual per byte; what was a launch floor for GPT-2 stays one. The JSON's "derivation" holds the fit, its source, the
 leave-one-out error on that source, the efficiency each layer kind is priced at and the
 seconds per operation class (`operations`); every layer is marked "measured": false,
 "derived": true.
