@@ -26,8 +26,14 @@ OUT ?= runs/profile/gpt_cpu_profile.json
 # make advise: the README's worked example (a one-block profile expanded to the model's 82 layers). The
 # derived profile is the fallback: ADVISE_PROFILE=data/llama70b_h200_block_profile.json (make gpu-check
 # measures it on an H200) re-prices the example on measured times.
+# tp > 1 is priced on a TP rank's profile (ADVISE_TP_PROFILES: python -m harness.advise.derive --tp N
+# --sequence-parallel); ADVISE_SPACE is the committed example's slice (pp=8, B=1: a tp > 1 stage's memory is
+# traced whole, seconds a stage on 2 cores; ADVISE_SPACE= searches every pp and B)
 ADVISE_PROFILE ?= data/llama70b_h200_derived_block_profile.json
-ADVISE_ARGS ?= cluster=h200_8nodes profile=$(ADVISE_PROFILE) dtype=bf16 optimizer=adamw --global-batch 512
+ADVISE_TP_PROFILES ?= $(foreach t,2 4 8,data/llama70b_h200_derived_block_profile_tp$(t).json)
+ADVISE_SPACE ?= --pp 8 --microbatch-sizes 1 --virtual-stages 2
+ADVISE_ARGS ?= cluster=h200_8nodes profile=$(ADVISE_PROFILE) dtype=bf16 optimizer=adamw --global-batch 512 \
+	--tp-profiles $(ADVISE_TP_PROFILES) $(ADVISE_SPACE)
 # pytest -m: make test runs all but `slow`; make test-fast only pure unit tests; make test-all everything
 FAST := not (dist or sweep or bench or gpu or grid or subprocess or slow)
 PYTEST_ARGS ?=

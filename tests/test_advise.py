@@ -18,8 +18,9 @@ import pytest
 from harness.advise.__main__ import main as advise_main
 from harness.advise.problem import build_problem
 from harness.advise.report import commands, to_json
-from harness.advise.search import (AdviseError, Point, Problem, Space, auto_bound, budget_limit, evaluate, holding,
-                                   predict, search, searchable)
+from harness.advise.search import (WEIGHTS_DO_NOT_FIT, AdviseError, Point, Problem, Space, auto_bound, budget_limit,
+                                   enumerate_points, evaluate, holding, predict, search, searchable, tensor_degrees,
+                                   weight_bound)
 from harness.frontend.compose import cluster_from_dict, compose_config
 from harness.config import Config, PartitionConfig, set_keys
 from harness.planning.memory_theory import trace_stage
@@ -245,7 +246,7 @@ def test_a_global_batch_nothing_divides():
     c = config()
     p = _problem(c, cluster(gpus_per_node=8), 7)
     with pytest.raises(AdviseError, match=r"--global-batch 7: no data-parallel degree here divides it"):
-        search(p, Space(pp=(1, 2)))
+        search(p, Space(pp=(1, 2), tp=(1,)))  # tp=8 would leave dp=1, which divides it
 
 
 def test_an_empty_search_space_says_why():
@@ -325,7 +326,7 @@ def _reproduces(out: Path, cluster_keys: list[str], cuda: bool) -> int:
             if tuple(keys) not in composed:
                 composed[tuple(keys)] = compose_config(keys)
             c = composed[tuple(keys)]
-            world = c.pp * c.dp
+            world = c.pp * c.tp * c.dp
             if where == "predicted":
                 assert keys[:1 + len(cluster_keys)] == ["executor=sim", *cluster_keys], keys
                 got = predict(c)
@@ -629,3 +630,86 @@ def test_the_70b_advice_says_its_compute_is_derived_and_each_points_mfu(tmp_path
         assert mine and all(x["allreduce_s"] > 0 for x in mine), name
     assert any(x["fits"] for x in doc["points"] if x["overrides"]["schedule"] in ("zbv", "dualpipev"))
 
+
+
+# -- pruning and tensor parallelism --------------------------------------------------------------
+def test_points_whose_weights_cannot_fit_are_left_out_unpriced():
+    """weight_bound (parameters, gradients, optimizer state of the mean share) is under the
+    memory theory's peak at every point, so the points it leaves out are ones that could not
+    fit: the search with pruning fits exactly the points the search without it fits."""
+    c = config(**{"model.hidden": 256, "model.layers": 8, "optimizer.name": "adamw", "dtype": "bf16"})
+    p = _problem(c, cluster(memory_per_gpu_gib=0.004, memory_reserve_gib=0, gpus_per_node=4), 32)
+    space = Space(schedules=("1f1b", "gpipe", "zb_h1"), virtual_stages=(2,))
+    whole = search(p, replace(space, prune=False), workers=1)
+    bounds = {x.point: weight_bound(p, x.point.config(p.config)) for x in whole.predictions}
+    assert all(bounds[x.point] <= x.memory.peak for x in whole.predictions)
+    heavy = [x for x in whole.predictions if bounds[x.point] > p.cluster.usable_bytes]
+    assert heavy and not any(x.fits for x in heavy)
+    pruned = search(p, space, workers=1)
+    assert [x.point for x in pruned.fitting] == [x.point for x in whole.fitting]
+    assert pruned.dropped[WEIGHTS_DO_NOT_FIT] == len(heavy) == len(whole.predictions) - len(pruned.predictions)
+
+
+def test_the_search_covers_tp_where_the_model_and_the_node_allow_it():
+    """tp over the divisors of the GPUs that divide the model's heads, hidden, FFN and vocabulary,
+    within a node unless asked; world = pp x tp x dp; sequence parallelism on at tp > 1 unless
+    searched; each point's keys carry tp and sequence_parallel."""
+    c = config(**{"model.name": "gpt", "model.heads": 4, "model.hidden": 64, "model.vocab": 64, "model.seq": 16})
+    p = _problem(c, cluster(gpus_per_node=4, nodes=2), 16)
+    assert tensor_degrees(p, Space(), 8) == (1, 2, 4)
+    assert tensor_degrees(p, Space(tp_across_nodes=True), 8) == (1, 2, 4)  # heads=4: tp=8 does not divide them
+    points = enumerate_points(p, Space(schedules=("1f1b",), microbatch_sizes=(1,), sequence_parallel=(False, True)))[0]
+    assert {(x.tp, x.sequence_parallel) for x in points} >= {(1, False), (2, False), (2, True), (4, True)}
+    assert all(x.pp * x.tp * x.dp == 8 for x in points) and not any(x.sequence_parallel for x in points if x.tp == 1)
+    pt = next(x for x in points if x.tp == 2 and x.sequence_parallel)
+    assert pt.overrides()["tp"] == 2 and pt.overrides()["sequence_parallel"] is True and " tp=2 sp" in pt.label()
+    assert Point.of(pt.config(p.config)) == pt
+
+
+@pytest.mark.parametrize("keys,flags,expected", [
+    ([], ["--tp", "3"], "--tp 3: must divide the 8 GPUs (allowed: [1, 2, 4, 8])"),
+    ([], ["--tp", "16", "--gpus", "16"], "--gpus 16: the cluster has 8"),
+    (["cluster.gpus_per_node=4", "cluster.nodes=2"], ["--tp", "8"], "--tp 8: a TP group would span nodes of 4 GPUs"),
+    (["model.heads=12"], ["--tp", "8"], "--tp 8: model.heads=12: tp=8 must divide it"),
+    ([], ["--tp", "0"], "--tp 0: tensor-parallel ranks inside each stage (allowed: integers 1.."),
+    ([f"profile={ROOT / 'data' / 'gpt2_h200_profile.json'}"], ["--tp-profiles", str(ROOT / "data" / "gpt2_h200_profile.json")],
+     f"--tp-profiles {ROOT / 'data' / 'gpt2_h200_profile.json'}: model.tp=None")])
+def test_bad_tp_flags_are_one_line_and_exit_2(capsys, keys, flags, expected):
+    assert advise_main(["cluster=h200_node", "model=gpt", "model.heads=8", *keys, "--global-batch", "8", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"harness.advise: error: {expected}"), err
+
+
+def test_a_tp_points_printed_command_reproduces_its_prediction():
+    """At tp=2 with sequence parallelism (a small GPT on one H200 node): the printed commands
+    carry tp and sequence_parallel, and the `predicted` one reproduces the point's step and
+    peak memory to 1e-6."""
+    p = build_problem(["cluster=h200_node", "model=gpt", "model.layers=4", "model.heads=4", "model.hidden=64",
+                       "model.vocab=64", "model.seq=16", "dtype=bf16"], 8)
+    r = search(p, Space(schedules=("1f1b", "zb_h1"), pp=(2,), tp=(2,), microbatch_sizes=(1,), zero=(0,),
+                        checkpointing=(False,), placements=("pp_inner",)), workers=1)
+    for x in r.fitting:
+        cmd = commands(p, x)
+        assert all("tp=2" in c and "sequence_parallel=true" in c for c in cmd.values())
+        got = predict(compose_config(_harness_args(cmd["predicted"])))
+        assert got.point == x.point and got.point.tp == 2 and got.point.sequence_parallel
+        assert got.step_time_s == pytest.approx(x.step_time_s, rel=1e-6)
+        assert got.memory.peak == pytest.approx(x.memory.peak, rel=1e-6)
+    assert len(r.fitting) == 2
+
+
+@pytest.mark.slow
+def test_the_70b_example_at_tp8_reproduces_on_its_tp_profile(tmp_path, monkeypatch):
+    """(slow: the 70B's tp=8 stages are traced whole, seconds each.) The 70B example's tp=8 points
+    are priced on the tp=8 rank's derived profile, and their
+    commands name it and reproduce (step and memory to 1e-6)."""
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "advice"
+    profiles = [f"data/llama70b_h200_derived_block_profile_tp{t}.json" for t in (2, 4, 8)]
+    assert advise_main(["cluster=h200_8nodes", "profile=data/llama70b_h200_derived_block_profile.json", "dtype=bf16",
+                        "optimizer=adamw", "--global-batch", "512", "--pp", "8", "--tp", "8", "--microbatch-sizes", "1",
+                        "--schedules", "1f1b", "--checkpointing", "off", "--placements", "pp_inner", "--top", "1",
+                        "--tp-profiles", *profiles, "--out", str(out)]) == 0
+    best = json.loads((out / "advice.json").read_text())["points"][0]
+    assert "profile=data/llama70b_h200_derived_block_profile_tp8.json" in best["commands"]["predicted"]
+    assert _reproduces(out, ["cluster=h200_8nodes"], cuda=True) == 3

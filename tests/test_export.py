@@ -119,9 +119,9 @@ def test_the_registry_sections_are_trainer_configs_own():
 
 
 def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys):
-    """The 70B example's best interleaved 1F1B point: Interleaved1F1B over 32 uneven stages
-    (module names per part), FSDP over dp=8 for ZeRO-1, M=64 of B=1, full AC, bf16 mixed
-    precision; torchtitan's own stage placement puts each part on the rank the harness does."""
+    """The 70B example's best interleaved 1F1B point: Interleaved1F1B over its uneven stages
+    (module names per part), its tp, FSDP over dp for ZeRO-1, M of B=1, full AC where it
+    checkpoints, bf16 mixed precision; torchtitan's own stage placement puts each part on the rank the harness does."""
     need_torchtitan()
     from torchtitan.distributed.activation_checkpoint import FullAC
     from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
@@ -138,15 +138,17 @@ def test_torchtitan_parses_the_best_interleaved_advice_point_as_the_point(capsys
     assert par.pipeline_parallel_schedule == "Interleaved1F1B" and not par.pipeline_parallel_schedule_csv
     assert par.pipeline_parallel_microbatch_size == o["microbatch_size"]
     assert stage_layers_of_fqns(par.module_fqns_per_model_part) == point["layers_per_stage"]
-    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (1, o["dp"])
-    assert (par.tensor_parallel_degree, par.context_parallel_degree) == (1, 1)
+    # ZeRO-1 as FSDP over dp, plain DDP as replicate
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == ((1, o["dp"]) if o["zero"]
+                                                                                    else (o["dp"], 1))
+    assert (par.tensor_parallel_degree, par.context_parallel_degree) == (o.get("tp", 1), 1)
     t = c.training
     assert t.local_batch_size // par.pipeline_parallel_microbatch_size == o["microbatches"]
     assert t.global_batch_size == o["global_batch"] == t.local_batch_size * o["dp"]
     assert (t.dtype, t.mixed_precision_param, t.seq_len) == ("float32", "bfloat16", 4096)
     # Trainer.Config.__post_init__'s rules (trainer.py): B divides the local batch, no CUDA graphs with PP
     assert t.local_batch_size % par.pipeline_parallel_microbatch_size == 0 and t.disable_cuda_graphs
-    assert isinstance(c.activation_checkpoint, FullAC.Config)
+    assert isinstance(c.activation_checkpoint, FullAC.Config) == o["checkpointing"]
     stages = len(point["layers_per_stage"])
     assert [s for r in range(8) for s in _get_pp_rank_to_stage_indices_mapping(r, 8, "Interleaved1F1B", stages)
             if s % 8 != r] == []

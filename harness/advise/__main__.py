@@ -1,5 +1,5 @@
 """`python -m harness.advise [key=value ...] cluster=<preset> --global-batch N [options]`:
-search schedule x pp x dp x M x v x checkpointing x ZeRO x placement for a model on a cluster
+search schedule x pp x tp x dp x M x v x checkpointing x ZeRO x placement for a model on a cluster
 and write advice.json, advice.md, advice.html and advice.png (harness/advise/__init__.py says how).
 A schedule made from each point's costs (schedule=zb_auto) is searched beside the built-ins; one
 with a memory limit at limits 1 and the largest the memory budget allows (harness/advise/search.py);
@@ -17,7 +17,8 @@ head) is expanded by kind. Examples:
   python -m harness.advise cluster=here +scenario=h200_emulated --global-batch 16 --gpus 4
 
 Bad input (no such cluster, a global batch nothing divides, a space empty after the
-constraints, a cluster whose GPUs hold no point, a memory limit that is not a number > 0) is
+constraints, a cluster whose GPUs hold no point, a memory limit that is not a number > 0, a tp
+the model or the node refuses) is
 one line naming why, exit 2.
 """
 
@@ -58,10 +59,19 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--global-batch", type=int, default=None, help="samples per step over all replicas")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default runs/advise/<time>)")
     ap.add_argument("--top", type=int, default=5, help="how many points get run commands")
-    ap.add_argument("--gpus", type=int, default=None, help="GPUs a point uses (pp x dp; default: the whole cluster)")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="GPUs a point uses (pp x tp x dp; default: the whole cluster)")
     ap.add_argument("--schedules", nargs="+", default=list(searchable()), choices=searchable())
     ap.add_argument("--pp", type=int, nargs="+", default=None)
-    ap.add_argument("--dp", type=int, nargs="+", default=None, help="default: gpus / pp")
+    ap.add_argument("--dp", type=int, nargs="+", default=None, help="default: gpus / (pp x tp)")
+    ap.add_argument("--tp", type=int, nargs="+", default=None,
+                    help="tensor-parallel degrees (default: every one the model allows, up to a node's GPUs)")
+    ap.add_argument("--tp-profiles", nargs="+", default=[], metavar="PROFILE",
+                    help="with profile=: profiles of one TP rank at tp > 1 (python -m harness.advise.derive --tp N "
+                         "--sequence-parallel); tp > 1 is searched where one is given")
+    ap.add_argument("--tp-across-nodes", action="store_true", help="let a TP group span nodes (tp > GPUs per node)")
+    ap.add_argument("--sequence-parallel", choices=("both", "on", "off"), default="on",
+                    help="at tp > 1 (default on, as Megatron-LM and torchtitan run TP)")
     ap.add_argument("--microbatch-sizes", type=int, nargs="+", default=None,
                     help="default: every divisor of global_batch / dp up to --max-microbatch-size")
     ap.add_argument("--virtual-stages", type=int, nargs="+", default=[2, 4], help="interleaved_1f1b's chunks per rank")
@@ -93,7 +103,8 @@ def check_args(args: argparse.Namespace) -> None:
     whole("--global-batch", args.global_batch, 1, MAX_GLOBAL_BATCH, "samples per step over all replicas")
     whole("--pp", args.pp, 1, MAX_WORLD, "pipeline ranks")
     whole("--dp", args.dp, 1, MAX_WORLD, "data-parallel replicas")
-    whole("--gpus", args.gpus, 1, MAX_GPUS, "GPUs a point uses, pp x dp")
+    whole("--tp", args.tp, 1, MAX_WORLD, "tensor-parallel ranks inside each stage")
+    whole("--gpus", args.gpus, 1, MAX_GPUS, "GPUs a point uses, pp x tp x dp")
     whole("--microbatch-sizes", args.microbatch_sizes, 1, MAX_GLOBAL_BATCH, "samples per microbatch")
     whole("--max-microbatch-size", args.max_microbatch_size, 1, MAX_GLOBAL_BATCH, "the largest B searched")
     whole("--max-microbatches", args.max_microbatches, 1, MAX_ACTIONS // 3, "the most microbatches searched")
@@ -182,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     from .search import Space, search
 
     try:
-        problem = build_problem(args.overrides, args.global_batch)
+        problem = build_problem(args.overrides, args.global_batch, args.tp_profiles)
         if problem.global_batch > MAX_GLOBAL_BATCH:  # given as global_batch=N among the keys
             raise AdviseError(f"global_batch={problem.global_batch}: more than {MAX_GLOBAL_BATCH:,} (allowed: "
                               f"1..{MAX_GLOBAL_BATCH:,} samples per step; the search lists its divisors)")
         space = Space(schedules=tuple(args.schedules), pp=tuple(args.pp) if args.pp else None,
-                      dp=tuple(args.dp) if args.dp else None,
+                      dp=tuple(args.dp) if args.dp else None, tp=tuple(args.tp) if args.tp else None,
+                      tp_across_nodes=args.tp_across_nodes, sequence_parallel=_bools(args.sequence_parallel),
                       microbatch_sizes=tuple(args.microbatch_sizes) if args.microbatch_sizes else None,
                       virtual_stages=tuple(args.virtual_stages), checkpointing=_bools(args.checkpointing),
                       zero=tuple(args.zero), placements=tuple(args.placements), gpus=args.gpus,

@@ -128,4 +128,4 @@ def explain_plan(plan: Plan, crossings: int = 0) -> Explained:
 
 def explain(p: Problem, x: Prediction) -> Explained:
     """The parts of point `x`'s predicted bubble, priced as the search priced it."""
-    return explain_plan(make_plan(x.point.config(p.config), 0, p.model), x.cross_node_boundaries)
+    return explain_plan(make_plan(p.config_of(x.point), 0, p.model), x.cross_node_boundaries)

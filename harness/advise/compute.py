@@ -17,7 +17,7 @@ from .search import Prediction, Problem
 
 
 def compute_summary(p: Problem, best: Prediction | None) -> dict:
-    c = p.config
+    c = p.config_of(best.point) if best is not None else p.config  # the profile of its TP rank
     gpu = c.cluster.gpu if c.cluster is not None else ""
     device = lookup(gpu)
     if not c.profile:
@@ -33,8 +33,8 @@ def compute_summary(p: Problem, best: Prediction | None) -> dict:
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for lc in load_profile(c.profile, b, p.model.kinds):
             if lc.fwd_flops > 0 and lc.fwd_s > 0 and lc.bwd_s > 0:  # a layer of no time has no share of peak
-                by_kind.setdefault(lc.kind, []).append((lc.fwd_flops / (lc.fwd_s * peak),
-                                                        2 * lc.fwd_flops / (lc.bwd_s * peak)))
+                flops = lc.fwd_flops / c.tp  # a TP rank's share of the layer's (the profile's are the whole layer's)
+                by_kind.setdefault(lc.kind, []).append((flops / (lc.fwd_s * peak), 2 * flops / (lc.bwd_s * peak)))
         efficiency = {k: {"fwd": statistics.median([f for f, _ in v]), "bwd": statistics.median([w for _, w in v])}
                       for k, v in by_kind.items()}
     derivation = data.get("derivation") or {}
@@ -47,7 +47,8 @@ def compute_summary(p: Problem, best: Prediction | None) -> dict:
                      "backward).")
     else:
         note = f"measured on {data.get('device', '?')} ({data.get('dtype', '?')})"
-    out = {"source": "derived" if derived else "measured", "profile": shown(c.profile), "device": gpu or None,
+    out = {"source": "derived" if derived else "measured", "profile": shown(c.profile), "tp": c.tp,
+           "device": gpu or None,
            "microbatch_size": b, "efficiency": efficiency, "flops_convention": CONVENTION, "note": note}
     if device is None:
         out["efficiency_note"] = f"cluster.gpu={gpu!r}: not in harness/planning/devices.py: no peak to divide by"

@@ -9,8 +9,9 @@ operation (harness/planning/op_costs.py): seconds = max(floor, the layer's GEMMs
 by their m, n, k + causal attention at FlashAttention-3's published rates + memory-bound work
 (norms, SwiGLU, rotary, residual adds, the loss) at a share of the bandwidth + bytes x a fitted
 residual per byte), with the H200's rates from harness/planning/devices.py and the 70B layer's
-shape (tp=1). The head's loss over fp32 logits keeps GPT-2's measured residual per byte; what
-was a launch floor for GPT-2 stays one. The JSON's "derivation" holds the fit, its source, the
+shape (tp=1; `--tp N --sequence-parallel`: one TP rank's, written as
+data/llama70b_h200_derived_block_profile_tpN.json for harness.advise --tp-profiles). The head's
+loss over fp32 logits keeps GPT-2's measured residual per byte; what was a launch floor for GPT-2 stays one. The JSON's "derivation" holds the fit, its source, the
 leave-one-out error on that source, the efficiency each layer kind is priced at and the
 seconds per operation class (`operations`); every layer is marked "measured": false,
 "derived": true.
@@ -21,12 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from harness.planning.compute_model import DIRECTIONS, GATED, Dims, fit, leave_one_out
 from harness.config import DTYPE_BYTES, model_config
+from harness.parallel.checks import tp_problem
 from harness.planning.devices import lookup
 from harness.runtime.precision import DTYPES
 from harness.records.atomic import write_text
@@ -49,7 +52,13 @@ def _profile_json(path: Path, flag: str) -> dict:
 
 
 def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | None = None,
-           sustained: float | None = None) -> dict:
+           sustained: float | None = None, tp: int = 1, sequence_parallel: bool = False) -> dict:
+    """The profile of one TP rank at `tp` (with or without sequence parallelism): its GEMMs split
+    as Megatron splits them, attention over its heads, its memory-bound work on its shard
+    (op_costs.py); `params` and `fwd_flops` stay the whole layer's, as a profile measured at
+    tp=1 records them (the plan takes a TP rank's share, the FLOP counts are the model's). The
+    profile says its tp in model.tp and model.sequence_parallel (what harness.advise
+    --tp-profiles reads)."""
     from harness.model import get_model
 
     measured = _profile_json(source, "--source")
@@ -64,7 +73,7 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     L = m.num_layers
     dims = Dims(seq=cfg.seq, d_model=cfg.hidden, vocab=cfg.vocab, dtype_bytes=nbytes, heads=cfg.heads,
                 kv_heads=getattr(cfg, "kv_heads", None), ffn=getattr(cfg, "ffn", None),
-                gated=getattr(cfg, "arch", None) in GATED)
+                gated=getattr(cfg, "arch", None) in GATED, tp=tp, sequence_parallel=sequence_parallel)
     with torch.device("meta"):
         params = {i: sum(p.numel() for p in m.build_layer(i).parameters()) for i in (0, 1, L - 1)}
     layers, efficiency, operations = [], {}, {}
@@ -75,7 +84,8 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
             ws = {d: cm.work(kind, d, b, flops, dims) for d in DIRECTIONS}
             by[str(b)] = {"fwd_s": cm.seconds(kind, "fwd", ws["fwd"]), "bwd_s": cm.seconds(kind, "bwd", ws["bwd"]),
                           "fwd_flops": flops}
-            efficiency.setdefault(kind, {})[str(b)] = {d: cm.efficiency(kind, d, ws[d]) for d in DIRECTIONS}
+            efficiency.setdefault(kind, {})[str(b)] = {  # a TP rank's FLOPs over its seconds
+                d: cm.efficiency(kind, d, replace(ws[d], flops=ws[d].flops / tp)) for d in DIRECTIONS}
             operations.setdefault(kind, {})[str(b)] = {
                 d: dict(ws[d].by_class) | {"floor_s": cm.fits[kind, d].floor_s,
                                            "residual_s": ws[d].bytes * cm.fits[kind, d].s_per_byte}
@@ -88,7 +98,8 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
         "dtype": str(DTYPES[DTYPE]),
         "derived": True,
         "model": {"config": {k: v for k, v in vars(cfg).items() if k in LLAMA_70B}, "num_layers": L,
-                  "vocab": cfg.vocab, "seq": cfg.seq, "d_model": cfg.hidden, "heads": cfg.heads, "blocks": cfg.layers},
+                  "vocab": cfg.vocab, "seq": cfg.seq, "d_model": cfg.hidden, "heads": cfg.heads, "blocks": cfg.layers,
+                  "tp": tp, "sequence_parallel": sequence_parallel},
         "derivation": {
             "source": shown,
             "compute_model": cm.to_json(),
@@ -101,7 +112,8 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
                        "(harness/planning/op_costs.py): max(floor, GEMMs on a roofline at "
                        f"{device.sustained if sustained is None else sustained:.0%} of the dense peak + causal "
                        "attention at FlashAttention's published rates + memory-bound work at a share of the "
-                       "bandwidth + bytes x a fitted residual per byte), on the 70B layer's shape (tp=1)"),
+                       "bandwidth + bytes x a fitted residual per byte), on the 70B layer's shape, per TP rank at "
+                       f"tp={tp}" + (" with sequence parallelism" if sequence_parallel else "")),
             "replace_with": ("python -m harness.profile model=hf model.arch=llama model.layers=80 model.hidden=8192 "
                              "model.heads=64 model.kv_heads=8 model.ffn=28672 model.vocab=128256 model.seq=4096 "
                              "device=cuda dtype=bf16 --blocks 1 --microbatch-sizes 1 2 4 "
@@ -139,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, default=SOURCE)
     ap.add_argument("--sustained", type=float, default=None,
                     help="share of the dense peak large GEMMs sustain (default: harness/planning/devices.py's, sourced)")
+    ap.add_argument("--tp", type=int, default=1, help="the TP degree whose rank the profile times (default 1)")
+    ap.add_argument("--sequence-parallel", action="store_true", help="with --tp > 1: norms and adds on sequence shards")
     ap.add_argument("--compare", type=Path, default=None, metavar="MEASURED",
                     help="print the derived times over a measured one-block profile's (python -m harness.profile "
                          "... --blocks 1) instead of writing")
@@ -147,9 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness.advise.derive: --sustained {args.sustained}: a share of the peak (allowed: 0 < x <= 1)",
               file=sys.stderr)
         return 2
+    if problem := tp_problem(model_config(**LLAMA_70B), args.tp, args.sequence_parallel):
+        print(f"harness.advise.derive: {problem}", file=sys.stderr)
+        return 2
     where = "--source"
     try:
-        prof = derive(args.source, sustained=args.sustained)
+        prof = derive(args.source, sustained=args.sustained, tp=args.tp, sequence_parallel=args.sequence_parallel)
         if args.compare is not None:
             where = "--compare"
             print("\n".join(compare(prof, _profile_json(args.compare, "--compare"))))
@@ -165,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     blk, eff = prof["layers"][1]["by_microbatch"]["1"], d["efficiency"]
     shares = "; ".join(f"{k} F {v['1']['fwd']:.0%} B {v['1']['bwd']:.0%}" for k, v in eff.items())
     loo = d["leave_one_out"]
-    print(f"harness.advise.derive: a 70B block at B=1: F {blk['fwd_s'] * 1e3:.1f} ms, B {blk['bwd_s'] * 1e3:.1f} ms "
+    at = f", tp={args.tp}" if args.tp > 1 else ""
+    print(f"harness.advise.derive: a 70B block at B=1{at}: F {blk['fwd_s'] * 1e3:.1f} ms, B {blk['bwd_s'] * 1e3:.1f} ms "
           f"(DERIVED); share of peak at B=1: {shares}; leave-one-out on {d['source']}: worst "
           f"{loo['worst_whole_model']:.1%} (whole model); wrote {args.out}")
     return 0

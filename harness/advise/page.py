@@ -139,7 +139,10 @@ def compute_blocks(p: Problem, r: Ranking, compute: dict | None, top: int) -> li
         sizes = sorted({x.point.microbatch_size for x in r.fitting[:top]})
         out.append(Text(f"The compute costs are **derived**{where}, not measured: the fallback where no measurement "
                         "of this model on this device exists. To replace them by a one-block measurement, run on one "
-                        f"GPU `{profile_command(p, sizes)}` and this advice again with `profile=profile.json`."))
+                        f"GPU `{profile_command(p, sizes)}` and this advice again with `profile=profile.json`."
+                        + (f" That measures tp=1; the recommended point's tp={compute['tp']} is priced on a TP rank's "
+                           "profile (--tp-profiles), which harness.profile does not measure yet."
+                           if compute.get("tp", 1) > 1 else "")))
     else:
         out.append(Text(f"The compute costs are {source or 'of unstated source'}{where}."))
     if note := compute.get("note"):

@@ -18,7 +18,7 @@ from harness.runtime.precision import DTYPES
 from .search import AdviseError, Problem, with_model
 
 POINT_KEYS = ("schedule", "pp", "dp", "microbatches", "microbatch_size", "virtual_stages", "checkpointing", "zero",
-              "global_batch", "placement", "executor", "compute", "device", "partition")
+              "global_batch", "placement", "tp", "sequence_parallel", "executor", "compute", "device", "partition")
 
 
 def shown(path: str | Path) -> str:
@@ -43,8 +43,10 @@ def presets() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "cluster").glob("*.yaml"))
 
 
-def build_problem(overrides: list[str], global_batch: int | None) -> Problem:
-    """The Problem the search runs on; AdviseError (one line) for anything it cannot plan for."""
+def build_problem(overrides: list[str], global_batch: int | None, tp_profiles: list[str] | None = None) -> Problem:
+    """The Problem the search runs on; AdviseError (one line) for anything it cannot plan for.
+    `tp_profiles`: profiles of one TP rank each (their model.tp, model.sequence_parallel), of the
+    config's profile's model."""
     for o in overrides:  # what every point sets itself: a fixed value would conflict with each point's
         if key_of(o) == "microbatch_size":
             raise AdviseError(f"{o}: every point sets B from the global batch (allowed: --microbatch-sizes "
@@ -100,4 +102,33 @@ def build_problem(overrides: list[str], global_batch: int | None) -> Problem:
     except ConfigError as e:
         raise AdviseError(str(e)) from None
     cluster_keys = [o for o in overrides if key_of(o).split(".")[0] == "cluster"]
-    return Problem(c, model, int(gb), printed, cluster_keys, notes)
+    return Problem(c, model, int(gb), printed, cluster_keys, notes, _tp_profiles(c, tp_profiles or []))
+
+
+def _tp_profiles(c, paths: list[str]) -> dict[tuple[int, bool], str]:
+    """--tp-profiles by the (tp, sequence_parallel) each says it times (python -m harness.advise.derive
+    --tp N writes model.tp and model.sequence_parallel); AdviseError (one line) for a file that is no
+    such profile, of another model than the config's profile, or a degree given twice."""
+    if paths and not c.profile:
+        raise AdviseError(f"--tp-profiles {paths[0]}: needs profile= (the tp=1 rank's) among the keys")
+    out: dict[tuple[int, bool], str] = {}
+    base = profile_model(read_profile(c.profile)) if paths else None
+    for path in paths:
+        try:
+            data = read_profile(path)
+        except ProfileError as e:
+            raise AdviseError(f"--tp-profiles {path}: {e}") from None
+        m = data.get("model") or {}
+        tp, sp = m.get("tp"), m.get("sequence_parallel", False)
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 2 or not isinstance(sp, bool):
+            raise AdviseError(f"--tp-profiles {path}: model.tp={tp!r}, model.sequence_parallel={sp!r} (allowed: a "
+                              "profile of one TP rank, tp an integer >= 2: python -m harness.advise.derive --tp N)")
+        if profile_model(data) != base:
+            raise AdviseError(f"--tp-profiles {path}: its model {profile_model(data)} is not "
+                              f"profile={shown(c.profile)}'s "
+                              f"{base} (allowed: a profile of the same model at another tp)")
+        if (tp, sp) in out:
+            raise AdviseError(f"--tp-profiles {path}: tp={tp} sequence_parallel={str(sp).lower()} given twice "
+                              f"(also {out[tp, sp]}; allowed: one profile per degree)")
+        out[tp, sp] = path
+    return out

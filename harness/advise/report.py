@@ -115,16 +115,20 @@ def run_overrides(p: Problem, x: Prediction) -> list[str]:
     cost.*, the profile's model, profile and partition, the compute mode), the global batch and
     the point's keys."""
     o = x.point.overrides()
-    keys = list(p.overrides)
+    profile = p.profile_at(x.point.tp, x.point.sequence_parallel)  # a TP rank's at tp > 1 (--tp-profiles)
+    keys = [f"profile={shown(profile)}" if k.startswith("profile=") and profile else k for k in p.overrides]
     keys.append(schedule_key(o["schedule"]))
     if x.point.memory_limit is not None:
         keys.append(f"schedule.{SCHEDULES[x.point.schedule].limit_key}={limit_text(x.point.memory_limit)}")
-    keys += [f"pp={o['pp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}", f"global_batch={p.global_batch}"]
+    keys += [f"pp={o['pp']}", f"tp={o['tp']}", f"dp={o['dp']}", f"microbatches={o['microbatches']}",
+             f"global_batch={p.global_batch}"]
     if SCHEDULES[x.point.schedule].reads_virtual_stages:
         keys.append(f"virtual_stages={o['virtual_stages']}")
     keys += [f"checkpointing={_value(o['checkpointing'])}", f"zero={o['zero']}"]
     if o["placement"] != "pp_inner":
         keys.append(f"placement={o['placement']}")
+    if o["tp"] > 1:
+        keys.append(f"sequence_parallel={_value(o['sequence_parallel'])}")
     return keys
 
 
@@ -134,7 +138,7 @@ def commands(p: Problem, x: Prediction) -> dict[str, str]:
     keys with executor=sim on the cluster it was priced on)."""
     keys = run_overrides(p, x)
     cl = p.cluster
-    world = x.point.pp * x.point.dp
+    world = x.point.pp * x.point.tp * x.point.dp
     q = " ".join(shlex.quote(k) for k in keys)
     out: dict[str, str] = {}
     if cl.device == "cpu":

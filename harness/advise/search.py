@@ -1,6 +1,9 @@
-"""The search: every point of schedule x pp x dp x M (B from the global batch) x v x
+"""The search: every point of schedule x pp x tp x dp x M (B from the global batch) x v x
 checkpointing x ZeRO x placement, each a harness Config, its predicted step time and memory per
-GPU, what fits, ranked.
+GPU, what fits, ranked. tp runs over the degrees the model allows within a node, sequence
+parallelism on (`tensor_degrees`, Space.sequence_parallel); with a profile, a point at tp > 1
+is priced on its TP rank's profile (Problem.tp_profiles, the CLI's --tp-profiles). Points whose
+weights alone cannot fit are left out before they are planned (`weight_bound`).
 
 A point is the problem's config (executor=sim, the cluster, the model, dtype, optimizer,
 profile) with the point's keys set. Whether the harness can run it is the harness's own
@@ -45,6 +48,7 @@ never its name:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import time
@@ -54,8 +58,10 @@ from typing import Callable
 from harness.advise.errors import MEMORY_LIMITS_ALLOWED, AdviseError  # noqa: F401 - also imported from here
 from harness.planning.checks import check_stages, validate
 from harness.config import DTYPE_BYTES, PLACEMENTS, Config, ConfigError, planned_microbatch_size, set_keys
+from harness.parallel.checks import tp_problem
 from harness.planning.flops import flops_of
-from harness.planning.memory_theory import Layout, RankBytes, Replay, fullest, layer_memory, replay
+from harness.planning.memory_theory import (Layout, RankBytes, Replay, fullest, layer_memory, optimizer_bytes,
+                                           replay)
 from harness.model.built import BuiltModel
 from harness.planning.plan import Plan, emulated_costs, host_cores, make_partition, make_plan
 from harness.planning.point import Point
@@ -64,7 +70,7 @@ from harness.schedules.ir import Action, Kind
 from harness.schedules.registry import COSTS, SCHEDULES, searchable
 from harness.simulate import engine, links
 from harness.simulate.cost import CostModel
-from harness.simulate.pricing import price
+from harness.simulate.pricing import message_bytes_of, plan_tp_collectives, price
 
 GIB = 2**30
 
@@ -139,8 +145,8 @@ def _crossings(plan: Plan) -> int:
     c, owner = plan.config, plan.compiled.owner
     if c.cluster is None:
         return 0
-    return sum(links.crosses(c.cluster, c.placement, owner[s], owner[s + 1], c.pp, c.dp)
-               for s in range(len(owner) - 1) if owner[s] != owner[s + 1])
+    nodes = [_nodes(c.cluster, c.placement, r, c.pp, c.dp, c.tp) for r in range(c.pp)]
+    return sum(nodes[owner[s]] != nodes[owner[s + 1]] for s in range(len(owner) - 1) if owner[s] != owner[s + 1])
 
 
 @dataclass(frozen=True)
@@ -153,12 +159,16 @@ class Space:
     checkpointing: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = (0, 1)
     placements: tuple[str, ...] = PLACEMENTS
-    gpus: int | None = None  # GPUs a point uses (pp x dp); None: the whole cluster
+    gpus: int | None = None  # GPUs a point uses (pp x tp x dp); None: the whole cluster
+    tp: tuple[int, ...] | None = None  # None: every degree the model allows, up to a node's GPUs (tp_across_nodes)
+    tp_across_nodes: bool = False  # let a TP group span nodes (tp > gpus_per_node); by default it stays in one
+    sequence_parallel: tuple[bool, ...] = (True,)  # at tp > 1 (tp=1 runs none): on, as Megatron and torchtitan
     max_microbatches: int = 1024
     max_microbatch_size: int = 64
     # of the schedules that take one (their entry's limit_key); None: 1.0 and the budget's largest (module doc)
     memory_limits: tuple[float, ...] | None = None
     auto_top: int = 5  # orders made from costs only where they could rank in this top (`search`; the CLI: --top)
+    prune: bool = True  # leave out, unpriced, points whose weights alone cannot fit (`weight_bound`)
 
 
 @dataclass
@@ -169,6 +179,21 @@ class Problem:
     overrides: list[str]  # what the printed commands say besides the point's keys (python -m harness keys)
     cluster_keys: list[str]  # cluster=<preset> and cluster.* as given: what prices a point (executor=sim)
     notes: list[str] = field(default_factory=list)
+    # (tp, sequence_parallel) -> the profile of one TP rank there (--tp-profiles); the config's own is tp=1's
+    tp_profiles: dict[tuple[int, bool], str] = field(default_factory=dict)
+
+    def profile_at(self, tp: int, sequence_parallel: bool) -> str | None:
+        """The profile a point at (tp, sequence_parallel) is priced on: the config's at tp=1, else the
+        --tp-profiles one; None where there is none (no profile: cost.* stands for a TP rank's)."""
+        if tp == 1 or not self.config.profile:
+            return self.config.profile
+        return self.tp_profiles.get((tp, sequence_parallel))
+
+    def config_of(self, pt: Point) -> Config:
+        """The point's harness Config: the base's keys, its own, and the profile of its TP rank."""
+        c = pt.config(self.config)
+        profile = self.profile_at(pt.tp, pt.sequence_parallel)
+        return c if profile == c.profile else replace(c, profile=profile)
 
     @property
     def cluster(self):
@@ -193,9 +218,10 @@ def _reason(message: str) -> str:
     return re.sub(r"\b\d+\b", "N", message.split(" (")[0])
 
 
-def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str]]:
-    """Every point of the space the harness can run (its own validation), and how many were
-    left out for each reason (with one example each)."""
+def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str], list[Point]]:
+    """Every point of the space the harness can run (its own validation), how many were left
+    out for each reason (with one example each), and those left out because their weights
+    alone cannot fit (`weight_bound`, with space.prune), smallest bound first."""
     cl = p.cluster
     gpus = space.gpus or cl.gpus
     if gpus < 1:
@@ -212,17 +238,19 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
     for pl in space.placements:
         if pl not in PLACEMENTS:
             raise AdviseError(f"--placements {pl}: unknown (allowed: {', '.join(PLACEMENTS)})")
+    tps = tensor_degrees(p, space, gpus)
     pps = space.pp or tuple(_divisors(gpus))
-    pairs = [(pp, gpus // pp) for pp in pps if pp >= 1 and gpus % pp == 0]
+    triples = [(pp, tp, gpus // (pp * tp)) for pp in pps for tp in tps if pp >= 1 and gpus % (pp * tp) == 0]
     if space.dp:
-        pairs = [(pp, dp) for pp in pps for dp in space.dp if pp >= 1 and dp >= 1 and pp * dp <= gpus]
-    if not pairs:
-        raise AdviseError(f"--pp {list(pps)}: none divides the {gpus} GPUs (pp x dp must use them all; "
-                          f"allowed pp: {_divisors(gpus)})")
+        triples = [(pp, tp, dp) for pp in pps for tp in tps for dp in space.dp
+                   if pp >= 1 and dp >= 1 and pp * tp * dp <= gpus]
+    if not triples:
+        raise AdviseError(f"--pp {list(pps)}: none divides the {gpus} GPUs at tp in {list(tps)} (pp x tp x dp must "
+                          f"use them all; allowed pp: {_divisors(gpus)})")
     gb = p.global_batch
-    if not any(gb % dp == 0 for _, dp in pairs):
+    if not any(gb % dp == 0 for _, _, dp in triples):
         raise AdviseError(f"--global-batch {gb}: no data-parallel degree here divides it (dp in "
-                          f"{sorted({dp for _, dp in pairs})}; allowed: a multiple of one of them)")
+                          f"{sorted({dp for _, _, dp in triples})}; allowed: a multiple of one of them)")
     dropped: dict[str, int] = {}
     example: dict[str, str] = {}
 
@@ -231,8 +259,11 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
         example.setdefault(why, what)
 
     points: list[Point] = []
-    signatures = {(pl, pp, dp): _placement_signature(cl, pl, pp, dp) for pp, dp in pairs for pl in space.placements}
-    for pp, dp in pairs:
+    heavy: list[tuple[int, Point]] = []
+    usable = cl.usable_bytes
+    signatures = {(pl, pp, tp, dp): _placement_signature(cl, pl, pp, dp, tp)
+                  for pp, tp, dp in triples for pl in space.placements}
+    for pp, tp, dp in triples:
         if gb % dp:
             drop("global batch not divisible by dp", f"global_batch={gb}, dp={dp}")
             continue
@@ -253,27 +284,56 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                         drop("pp=1: the same step as 1f1b's, with at least its memory", f"{name} pp=1 dp={dp}")
                         continue
                     seen: set = set()
-                    for pl in space.placements:
-                        sig = signatures[(pl, pp, dp)]
-                        if sig in seen:
+                    for pl, ck, z, sp in itertools.product(space.placements, space.checkpointing, space.zero,
+                                                           space.sequence_parallel if tp > 1 else (False,)):
+                        sig = signatures[(pl, pp, tp, dp)]
+                        if (sig, ck, z, sp) in seen:
                             continue
-                        seen.add(sig)
-                        for ck in space.checkpointing:
-                            for z in space.zero:
-                                pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None)
-                                try:
-                                    c = pt.config(p.config)
-                                    validate(c, 0, p.model)
-                                    if entry.needs == COSTS:  # its stages, which the plan checks once it is made
-                                        check_stages(c, pp * entry.chunks(v), p.num_layers)
-                                except ConfigError as e:
-                                    drop(_reason(str(e)), f"{pt.label()}: {e}")
-                                    continue
-                                if entry.limit_key:
-                                    points += _limited(p, space, pt, drop)
-                                else:
-                                    points.append(pt)
-    return points, dropped, example
+                        seen.add((sig, ck, z, sp))
+                        pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None, tp, sp)
+                        if p.config.profile and p.profile_at(tp, sp) is None:
+                            drop(NO_TP_PROFILE, f"{pt.label()}: no --tp-profiles file at tp={tp}"
+                                                f"{' with sequence_parallel' if sp else ''}")
+                            continue
+                        try:
+                            c = p.config_of(pt)
+                            validate(c, 0, p.model)
+                            if entry.needs == COSTS:  # its stages, which the plan checks once it is made
+                                check_stages(c, pp * entry.chunks(v), p.num_layers)
+                        except ConfigError as e:
+                            drop(_reason(str(e)), f"{pt.label()}: {e}")
+                            continue
+                        if space.prune and (bound := weight_bound(p, c)) > usable:
+                            heavy.append((bound, pt))
+                            drop(WEIGHTS_DO_NOT_FIT, f"{pt.label()}: at least {bound / GIB:.1f} GiB, "
+                                                     f"{usable / GIB:.1f} GiB usable")
+                            continue
+                        if entry.limit_key:
+                            points += _limited(p, space, pt, drop)
+                        else:
+                            points.append(pt)
+    return points, dropped, example, [pt for _, pt in sorted(heavy)]
+
+
+NO_TP_PROFILE = ("tp > 1: the profile times a tp=1 rank; no --tp-profiles profile of this TP degree's rank "
+                 "(python -m harness.advise.derive --tp N --sequence-parallel writes a derived one)")
+WEIGHTS_DO_NOT_FIT = ("its parameters, gradients and optimizer state alone exceed the usable memory (a lower bound "
+                      "of the memory theory's, not priced)")
+
+
+def weight_bound(p: Problem, c: Config) -> int:
+    """A lower bound of the fullest GPU's peak at `c` from the parameters alone, no partition,
+    trace or replay: some pipeline rank holds at least the mean share of the parameters, and
+    each of its TP ranks at least a tp-th of that (a split weight's shard; replicated ones are
+    whole), P = params // (pp x tp); at its last backward its parameters, their gradients
+    (dtype) and the optimizer state (fp32 masters in low precision; ZeRO-1's largest shard at
+    least a dp-th of the moments) are all held (harness/planning/memory_theory.py's rank_bytes,
+    activations counted as 0). A point past the usable bytes cannot fit whatever its schedule
+    or activations, so the search leaves it out unpriced (tests/test_advise.py holds the bound
+    under the theory's peak)."""
+    per = (p.model.total_params or 0) // (c.pp * c.tp)
+    shard = -(-per // c.dp) if c.zero and c.dp > 1 else per
+    return 2 * DTYPE_BYTES[c.dtype] * per + optimizer_bytes([shard], [per], c)
 
 
 def holding(p: Problem, c: Config, held: int) -> RankBytes:
@@ -347,7 +407,7 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
         for x in space.memory_limits:
             q = replace(pt, memory_limit=float(x))
             try:
-                validate(q.config(p.config), 0, p.model)
+                validate(p.config_of(q), 0, p.model)
             except ConfigError as e:
                 drop(_reason(str(e)), f"{q.label()}: {e}")
                 continue
@@ -359,7 +419,7 @@ def _limited(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], Non
             seen.add(held)
             out.append(q)
         return out
-    c = pt.config(p.config)
+    c = p.config_of(pt)
     most, one = _budget(p, c, min(m, 2 * pp))
     if most < 1:
         drop(f"{name}: not one microbatch per rank fits the memory budget (memory theory)",
@@ -391,7 +451,7 @@ def auto_bound(p: Problem, pt: Point) -> float:
     schedule with more than one stage per rank."""
     if pt.chunks != 1:
         return 0.0
-    c = pt.config(p.config)
+    c = p.config_of(pt)
     c = replace(c, microbatch_size=planned_microbatch_size(c))
     cost = _priced(p, c)
     n, m = c.pp, c.microbatches
@@ -415,22 +475,49 @@ def _priced(p: Problem, c: Config) -> CostModel:
     schedule.costs=model): the partition's modeled costs priced on one stage per rank."""
     bounds = make_partition(c, p.model, c.pp).bounds
     modeled, _ = emulated_costs(c, bounds, p.model)
-    stage_params = [sum(p.model.layer_params[a:b]) for a, b in bounds]
-    nbytes = DTYPE_BYTES[c.dtype] * p.model.activation_numel(c.microbatch_size)
-    return price(c, modeled, tuple(range(c.pp)), stage_params, nbytes)
+    stage_params = [sum(p.model.layer_params[a:b]) // c.tp for a, b in bounds]  # a TP rank's share
+    return price(c, modeled, tuple(range(c.pp)), stage_params, message_bytes_of(c, p.model),
+                 plan_tp_collectives(c, p.model, list(bounds)))
 
 
-def _placement_signature(cl, placement: str, pp: int, dp: int) -> tuple:
-    """Which rank pairs talk across nodes and which replica groups span nodes: placements with
-    the same signature price every message and collective the same."""
-    nodes = [[links.node(cl, g) for g in links.replicas(placement, r, pp, dp)] for r in range(pp)]
+def _nodes(cl, placement: str, r: int, pp: int, dp: int, tp: int) -> list[tuple[int, ...]]:
+    """The nodes of pipeline rank r's TP groups, one per replica: a (replica, stage) slot's TP
+    ranks are tp consecutive GPUs (tp innermost, harness/runtime/groups.py)."""
+    return [tuple(links.node(cl, g * tp + t) for t in range(tp)) for g in links.replicas(placement, r, pp, dp)]
+
+
+def _placement_signature(cl, placement: str, pp: int, dp: int, tp: int = 1) -> tuple:
+    """Which rank pairs talk across nodes, which replica groups and which TP groups span nodes:
+    placements with the same signature price every message and collective the same."""
+    nodes = [_nodes(cl, placement, r, pp, dp, tp) for r in range(pp)]
     pairs = tuple(any(a != b for a, b in zip(nodes[r], nodes[q])) for r in range(pp) for q in range(pp))
-    groups = tuple(len(set(n)) > 1 for n in nodes)
-    return pairs, groups
+    groups = tuple(any(len({g[t] for g in n}) > 1 for t in range(tp)) for n in nodes)
+    tensor = any(len(set(t)) > 1 for n in nodes for t in n)
+    return pairs, groups, tensor
+
+
+def tensor_degrees(p: Problem, space: Space, gpus: int) -> tuple[int, ...]:
+    """The tp degrees searched: --tp as given, else every divisor of the GPUs the model allows
+    (harness/parallel/checks.py: heads, KV heads, hidden, FFN, vocabulary) within a node
+    (all of them with tp_across_nodes). AdviseError (one line) for a given degree the model or
+    the cluster refuses."""
+    node = p.cluster.gpus_per_node
+    if space.tp is None:
+        return tuple(t for t in _divisors(gpus) if (space.tp_across_nodes or t <= node)
+                     and tp_problem(p.config.model, t) is None)
+    for t in space.tp:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1 or gpus % t:
+            raise AdviseError(f"--tp {t}: must divide the {gpus} GPUs (allowed: {_divisors(gpus)})")
+        if t > node and not space.tp_across_nodes:
+            raise AdviseError(f"--tp {t}: a TP group would span nodes of {node} GPUs (allowed: tp <= {node}, or "
+                              "--tp-across-nodes)")
+        if problem := tp_problem(p.config.model, t):
+            raise AdviseError(f"--tp {t}: {problem}")
+    return tuple(space.tp)
 
 
 def evaluate(p: Problem, pt: Point) -> Prediction:
-    return _prediction(make_plan(pt.config(p.config), 0, p.model))
+    return _prediction(make_plan(p.config_of(pt), 0, p.model))
 
 
 @dataclass
@@ -491,7 +578,9 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
     space's `auto_top`-th fastest fitting point of the others; the rest are left out with that
     reason."""
     t0 = time.perf_counter()
-    points, dropped, examples = enumerate_points(p, space)
+    points, dropped, examples, heavy = enumerate_points(p, space)
+    if not points and heavy:  # nothing but points too heavy to fit: the lightest one says why
+        raise AdviseError(nothing_fits(p, [evaluate(p, heavy[0])]))
     if not points:
         why = "; ".join(f"{n} x {k} (e.g. {examples[k]})" for k, n in sorted(dropped.items(), key=lambda kv: -kv[1]))
         raise AdviseError(f"the search space is empty after the constraints: {why or 'nothing to search'}")

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from harness.model.built import BuiltModel
 from harness.parallel.tensor import local, parallelize_stage
@@ -116,9 +117,10 @@ def _group_rank_without_world() -> Iterator[None]:
 
 def _split(built: BuiltModel, sa: int, se: int, tp: int, sequence_parallel: bool) -> nn.Sequential:
     layers = built.model.build_layers(sa, se, 0)
+    with unset_fake_temporarily():  # a large stage is traced under FakeTensorMode; the mesh reads its ranks' values
+        mesh = fake_tp_mesh(tp)
     with _group_rank_without_world():
-        return parallelize_stage(layers, _InStage(built.model, range(sa, se)), fake_tp_mesh(tp), sequence_parallel,
-                                 sa)
+        return parallelize_stage(layers, _InStage(built.model, range(sa, se)), mesh, sequence_parallel, sa)
 
 
 def stage_input_shape(built: BuiltModel, a: int, b: int, tp: int, sequence_parallel: bool) -> tuple[int, ...]:
