@@ -267,3 +267,13 @@ def pytest_collection_modifyitems(config, items) -> None:
         if left:
             config.hook.pytest_deselected(items=left)
             items[:] = [item for item in items if not is_bench(item)]
+
+
+def megatron_runnable_rank(advice: Path) -> int:
+    """The best-ranked point of an advice.json whose schedule Megatron-LM can run (not an order
+    made from costs, which `--to megatron` refuses): tests pick by schedule, not by a rank number
+    a re-run of the example may move."""
+    import json
+
+    return next(p["rank"] for p in json.loads(Path(advice).read_text())["points"]
+                if p["overrides"]["schedule"] not in ("zb_auto", "csv"))

@@ -24,6 +24,7 @@ import pytest
 from harness.export.__main__ import main
 from harness.export.point import load
 from harness.schedules.csv_io import from_csv
+from tests.conftest import megatron_runnable_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 ADVICE = ROOT / "reports" / "advise_example" / "advice.json"
@@ -370,7 +371,7 @@ def test_what_the_source_does_not_give_the_script_refuses_to_run_without(capsys,
     args = megatron_args(ran)
     assert args[args.index("--lr") + 1] == "0.003" and args[args.index("--train-iters") + 1] == "6"
     assert "${LR:?" not in ran and "${DATA_PATH:?" in ran and "--log-throughput" in args
-    code, advised, err = export(capsys, "--to", "megatron", f"{ADVICE}#4")
+    code, advised, err = export(capsys, "--to", "megatron", f"{ADVICE}#{megatron_runnable_rank(ADVICE)}")
     assert code == 0, err
     header = unwrapped(advised).split("set -euo pipefail", 1)[0]
     wanted = ["LR", "TRAIN_ITERS", "LOG_INTERVAL", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR", "SAVE_INTERVAL"]

@@ -21,6 +21,7 @@ from harness.measure.reference import reference_losses
 from harness.planning.plan import make_plan
 from harness.runtime.groups import Layout
 from tests.test_tp_memory import assert_memory_is_theory
+from tests.conftest import megatron_runnable_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = {"model.name": "gpt", "model.layers": 2, "model.hidden": 32, "model.heads": 4, "model.seq": 8,
@@ -73,7 +74,8 @@ def test_exports_carry_tp_and_sequence_parallel():
     from harness.export import megatron, torchtitan
     from harness.export.point import load
 
-    p = replace(load(f"{ROOT / 'reports' / 'advise_example' / 'advice.json'}#4"), tp=2, sequence_parallel=True)
+    advice = ROOT / "reports" / "advise_example" / "advice.json"
+    p = replace(load(f"{advice}#{megatron_runnable_rank(advice)}"), tp=2, sequence_parallel=True)
     text = megatron.render(p).text()
     assert "--tensor-model-parallel-size 2" in text and "--sequence-parallel" in text
     assert f"= {p.world} / (2 x {p.point.pp})" in text.replace("\n#   ", " ")

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.conftest import megatron_runnable_rank
 
 pytestmark = pytest.mark.sweep
 ROOT = Path(__file__).resolve().parents[1]
@@ -577,7 +578,8 @@ def test_report_export_and_profile_outputs_never_write_through_a_link(tmp_path, 
 
     capsys.readouterr()
     advice = ROOT / "reports" / "advise_example" / "advice.json"
-    assert export(["--to", "megatron", f"{advice}#4", "--out", str(tmp_path / "p.json")]) == 2  # #1 is zb_auto: refused
+    rank = megatron_runnable_rank(advice)  # a point Megatron would take: the link, not the schedule, refuses it
+    assert export(["--to", "megatron", f"{advice}#{rank}", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a symlink is there, not replaced" in err, err
     assert theirs.read_text() == "theirs"
