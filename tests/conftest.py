@@ -136,8 +136,8 @@ def harness_process():
 
 # The microbatch counts of the pure grids over pp <= 8: make test runs every M up to 17 (each
 # regime boundary: M = pp, 2 pp - 1, 2 pp) and a few beyond, where a schedule's steady state only
-# repeats; make test-all (`slow`) every M of 1..32. A simulation costs ~pp x M: the edges are a
-# third of the full grid's time.
+# repeats; make test-all (`slow`) every M of 1..32. A simulation costs ~pp x M: the edges take
+# half the full grid's time.
 GRID_MICROBATCHES = {"edges": (*range(1, 18), 20, 24, 31, 32), "full": tuple(range(1, 33))}
 
 

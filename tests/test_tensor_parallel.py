@@ -305,7 +305,7 @@ def _worker(rank: int, store_path: str, out_dir: str) -> None:
 def tp2(tmp_path_factory) -> list[dict]:
     """Every case's figures on each of the two ranks (one start of two processes for all),
     forked from the harness's forkserver: torch is imported there once, not in two fresh
-    interpreters (~5 s of a quiet 2-core machine's suite)."""
+    interpreters."""
     import torch.multiprocessing as mp
 
     from harness.runtime.launch import context, preloads
