@@ -138,21 +138,21 @@ MODELS = {
 
 
 @pytest.mark.grid  # every contiguous stage of three models (seconds): make test, not make test-fast
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("model", list(MODELS))
-def test_memory_composed_per_layer_equals_the_whole_stages_trace(model):
+def test_memory_composed_per_layer_equals_the_whole_stages_trace(model, dtype):
     """The memory theory prices a stage from its layers' traces (one per distinct layer, the
     boundary between two measured on the pair): that equals tracing the whole stage, to the
     byte, for every contiguous stage, with and without checkpointing (whole stage and per
     layer), fp32 and bf16."""
-    for dtype in ("fp32", "bf16"):
-        c = config(**MODELS[model], dtype=dtype, pp=2, microbatches=2, microbatch_size=2)
-        plan = make_plan(c)
-        mem, L = plan.memory(), plan.model.num_layers
-        for a in range(L):
-            for e in range(a + 1, L + 1):
-                for ck, every in ((False, 0), (True, 0), (True, 1)):
-                    whole = trace_stage(plan.model, a, e, a == 0, e == L, dtype, 2, ck, every, "cpu")
-                    assert mem.stage(a, e, 2, ck, every) == whole, (model, dtype, a, e, ck, every)
+    c = config(**MODELS[model], dtype=dtype, pp=2, microbatches=2, microbatch_size=2)
+    plan = make_plan(c)
+    mem, L = plan.memory(), plan.model.num_layers
+    for a in range(L):
+        for e in range(a + 1, L + 1):
+            for ck, every in ((False, 0), (True, 0), (True, 1)):
+                whole = trace_stage(plan.model, a, e, a == 0, e == L, dtype, 2, ck, every, "cpu")
+                assert mem.stage(a, e, 2, ck, every) == whole, (model, dtype, a, e, ck, every)
 
 
 # -- searches whose answer is known ---------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from harness.config import ConfigError
 from harness.job import run_job
 from harness.planning.plan import make_plan
-from tests.jitter import oversleep, stretch
+from tests.jitter import bubble_allowance, oversleep, stretch
 
 EMULATED = {"compute": "emulated", "cost.fwd_ms_per_layer": 10.0, "model.layers": 4}
 
@@ -91,8 +91,13 @@ def test_imbalance_dominates_the_h200_params_partition_replay(tmp_path, config):
     c = config(pp=4, microbatches=8, steps=2, microbatch_size=1, compute="emulated", profile="data/gpt2_h200_profile.json",
                **{"model.name": "gpt", "model.layers": 12, "model.hidden": 32, "model.heads": 2, "model.seq": 16,
                   "model.vocab": 64, "partition.name": "params", "cost.time_scale": 3.0})
-    a = run_job(c, tmp_path, "test", "params").metrics.bubble.attribution
-    assert a.imbalance > max(a.communication, a.overhead) and a.imbalance > 0.1, a
+    m = run_job(c, tmp_path, "test", "params").metrics
+    a = m.bubble.attribution
+    assert a.imbalance > a.communication and a.imbalance > 0.1, a
+    # the overhead is the machine's: late wake-ups on a busy one add to it what they add to the
+    # bubble (tests/jitter.py; seen 0.18 against an imbalance of 0.17 with 8 jobs on 2 cores)
+    busy = bubble_allowance(0.0, m.bubble.theory, oversleep(c, m))
+    assert a.imbalance > a.overhead - busy, (a, f"busy machine's part {busy:.3f}")
 
 
 @pytest.mark.dist

@@ -12,6 +12,7 @@ from harness.config import ConfigError
 from harness.model.partition import explicit, min_max, uniform
 from harness.model.profile_data import ProfileError, load_profile
 from harness.planning.plan import make_plan
+from tests.jitter import oversleep, stretch
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = str(ROOT / "data" / "gpt2_h200_profile.json")
@@ -66,14 +67,16 @@ def test_profile_partition_beats_params_on_the_h200_profile(config):
 def test_emulated_h200_throughput_follows_the_partition(tmp_path, config):
     from harness.job import run_job
 
-    tput = {}
+    tput, share = {}, {}
     for m in ("params", "profile"):
         c = h200(config, m, compute="emulated", steps=2, **{"cost.time_scale": 4.0})
         result = run_job(c, tmp_path / m, "test", m)
         assert result.status == "ok", result.error
         assert result.partition["method"] == m
-        tput[m] = result.metrics.throughput_samples_s
-    assert tput["profile"] > tput["params"]
+        tput[m], share[m] = result.metrics.throughput_samples_s, oversleep(c, result.metrics)
+    # the model says 1.67x or more (the test above); a busy machine may slow the profile run by
+    # what its own oversleep says (tests/jitter.py), ~1.5% on a quiet one
+    assert tput["profile"] * stretch(share["profile"]) > tput["params"], (tput, share)
 
 
 @pytest.mark.parametrize("overrides,expected", [

@@ -303,11 +303,17 @@ def _worker(rank: int, store_path: str, out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory) -> list[dict]:
-    """Every case's figures on each of the two ranks (one spawn for all)."""
+    """Every case's figures on each of the two ranks (one start of two processes for all),
+    forked from the harness's forkserver: torch is imported there once, not in two fresh
+    interpreters."""
     import torch.multiprocessing as mp
 
+    from harness.runtime.launch import context, preloads
+    from harness.runtime.registry import get_executor
+
     d = tmp_path_factory.mktemp("tp2")
-    mp.spawn(_worker, args=(str(d / "store"), str(d)), nprocs=TP, join=True)
+    context("forkserver", preloads(get_executor("native").runner))  # the server the harness's jobs use
+    mp.start_processes(_worker, args=(str(d / "store"), str(d)), nprocs=TP, join=True, start_method="forkserver")
     return [json.loads((d / f"rank{r}.json").read_text()) for r in range(TP)]
 
 

@@ -22,9 +22,9 @@ def test_headline_figures():
 
 @pytest.mark.grid
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
-def test_simulated_bubble_equals_closed_form(name):
+def test_simulated_bubble_equals_closed_form(name, grid_microbatches):
     for n in range(1, 9):
-        for m in range(1, 33):
+        for m in grid_microbatches:
             for fwd, bwd in ((1.0, 2.0), (1.0, 1.0), (0.3, 0.9)):
                 trace = simulate(build(name, n, m), CostModel.uniform(n, fwd, bwd))
                 got = statistics.fmean(bubble_per_rank(trace, n))
@@ -33,11 +33,12 @@ def test_simulated_bubble_equals_closed_form(name):
 
 @pytest.mark.grid
 @pytest.mark.parametrize("name", sorted(built_in()))
-def test_simulated_bubble_equals_closed_form_at_uniform_costs(name):
-    """F=1, B=2, I=W=1 per stage, free communication: exact over everything the builder accepts."""
+def test_simulated_bubble_equals_closed_form_at_uniform_costs(name, grid_microbatches):
+    """F=1, B=2, I=W=1 per stage, free communication: exact over everything the builder accepts
+    (make test: the M edges, tests/conftest.py GRID_MICROBATCHES)."""
     cases = 0
     for n in range(1, 9):
-        for m in range(1, 33):
+        for m in grid_microbatches:
             for v in (1, 2, 3):
                 if requirements(name, n, m, v) is None:
                     stages = n * chunks_per_rank(name, v)

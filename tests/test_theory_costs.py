@@ -28,25 +28,25 @@ def simulated(schedule, n: int, bwd_over_fwd: float, share: float) -> float:
     return statistics.fmean(bubble_per_rank(trace, n))
 
 
-def _cases(name: str):
+def _cases(name: str, ms):
     for v in ((2, 3) if name == "interleaved_1f1b" else (1,)):
         for n in range(2, 9):
-            for m in range(1, 33):
+            for m in ms:
                 if requirements(name, n, m, v) is None:
                     yield n, m, v
 
 
 @pytest.mark.grid
 @pytest.mark.parametrize("name", sorted(built_in()))
-def test_theory_equals_the_simulator_in_the_runs_costs(name):
-    """pp 2..8, M 1..32 (V 2, 3 for interleaved), B/F 1, 1.5, 2, 3, w 0.5 and 0.3: theory is the
+def test_theory_equals_the_simulator_in_the_runs_costs(name, grid_microbatches):
+    """pp 2..8, M 1..32 (make test: its edges, tests/conftest.py GRID_MICROBATCHES; V 2, 3 for interleaved), B/F 1, 1.5, 2, 3, w 0.5 and 0.3: theory is the
     simulator's bubble to 1e-9. Closed form everywhere but ZB-V's N < M < 2N-1 at F, I, W not
     all equal and ZB-H2 outside M >= 2N-1, 2W <= min(F, I), which are the labelled simulated
     ideal. Schedules without I/W actions (GPipe,
     1F1B, interleaved) do not see the split: they run w = 0.5 only."""
     shares = SHARES if name in ("zb_h1", "zb_h2", "zbv", "dualpipev") else SHARES[:1]
     simulated_ideal = 0
-    for n, m, v in _cases(name):
+    for n, m, v in _cases(name, grid_microbatches):
         sched = build(name, n, m, v)  # once for the 4 x 2 cost points
         for bwd in BWD_OVER_FWD:
             for share in shares:

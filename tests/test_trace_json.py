@@ -284,11 +284,11 @@ def test_wall_clock_of_step_0_from_an_anchor_or_estimated_at_write(tmp_path):
     assert data["otherData"]["wall_clock_source"].startswith("estimated")
 
     # the anchor from the ranks' raw monotonic ns (what from_reports puts at 0), read here
-    now = time.perf_counter_ns()
+    wall, now = time.time(), time.perf_counter_ns()  # read together: a busy machine's pause after them moves neither
     reports = [RankReport(0, [(0, "0F0", COMPUTE, "F", 0, 0, now - 2_000_000_000, now - 1_000_000_000)], None),
                RankReport(1, [(0, "1F0", COMPUTE, "F", 1, 0, now - 1_500_000_000, now)], None)]
     origin = wall_clock_origin(SimpleNamespace(reports=reports))
-    assert origin == pytest.approx(time.time() - 2.0, abs=0.05)
+    assert origin == pytest.approx(wall - 2.0, abs=0.05)
     assert wall_clock_origin(SimpleNamespace(reports=[], clock_offset_ns=None)) is None  # executor=sim
     shifted = wall_clock_origin(SimpleNamespace(reports=reports, clock_offset_ns=[0, -1_000_000_000]))
     assert shifted == pytest.approx(origin - 0.5, abs=0.05)  # rank 1's clock a second ahead of rank 0's

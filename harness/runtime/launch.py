@@ -39,7 +39,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _context(method: str, preload: list[str]):
+def context(method: str, preload: list[str]):
     """forkserver: one server process imports torch and the worker once; each rank is then
     a fork of it (~tens of ms) instead of a fresh interpreter re-importing torch (~1 s
     each, 4-5 s for 4 ranks on 2 cores). The server forks before any thread pool or
@@ -50,6 +50,14 @@ def _context(method: str, preload: list[str]):
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(preload)
     return ctx
+
+
+def preloads(runner: str, model: tuple[str, ...] = ()) -> list[str]:
+    """What every rank imports, imported once in the forkserver (a model may bring
+    transformers). The server takes the list of whoever starts it first: tests that fork
+    their own ranks start it with this one, so that the harness's later jobs find it warm."""
+    return ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0], "harness.runtime.warm",
+            *model]
 
 
 class RankPool:
@@ -145,10 +153,8 @@ def run_processes(plan: Plan, runner: str, pids: list[int] | None = None,
     have started. With a `pool` that serves the plan, its processes run the job and stay for
     the next (RankPool)."""
 
-    # what every rank imports, imported once in the forkserver (a model may bring transformers)
-    preload = ["harness.runtime.forkserver_guard", "harness.runtime.loop", runner.partition(":")[0], "harness.runtime.warm",
-               *getattr(plan.model.model, "preload", ())]
-    ctx = _context(plan.config.run.start_method, preload)
+    preload = preloads(runner, getattr(plan.model.model, "preload", ()))
+    ctx = context(plan.config.run.start_method, preload)
     fault = parse_fault(plan.config.run.fault)
     pooled = pool is not None and pool.serves(plan)
     steps = Steps(plan.world)  # each rank's started steps: the watchdog names the one that stopped
