@@ -67,15 +67,15 @@ def render(p: Recipe) -> Script:
 
 
 def _refuse(p: Recipe) -> None:
-    if not p.decoder:
-        raise ExportError(f"model={p.model.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder "
-                          "(embedding, transformer layers, output layer) and this model is none, so there is no "
-                          "shape to give (allowed: --to megatron for model=gpt or model=hf)")
     if spec(p.point.schedule).needs != COUNTS:
         named = ", ".join(n for n in SCHEDULES if spec(n).needs == COUNTS)
         raise ExportError(f"schedule={p.point.schedule}: an order made from the point's costs or read from a file, "
                           "which Megatron-LM cannot take (its schedules are 1F1B and interleaved 1F1B, none read "
                           f"as data); --to torchtitan runs it as a CSV (allowed with --to megatron: {named})")
+    if not p.decoder:
+        raise ExportError(f"model={p.model.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder "
+                          "(embedding, transformer layers, output layer) and this model is none, so there is no "
+                          "shape to give (allowed: --to megatron for model=gpt or model=hf)")
 
 
 def _training(p: Recipe, s: Script) -> list[list[Word]]:
