@@ -22,6 +22,7 @@ from harness.report.memory import checkpointing_tradeoff, memory_breakdown, memo
 from harness.report.runs import Run, ok
 from harness.report.tables import summary, write_csv
 from harness.report.compute import compute_rate
+from harness.report.tensor import tensor_parallel
 from harness.report.throughput import dp_scaling, throughput
 from harness.report.zero_bubble import zero_bubble_study
 
@@ -97,7 +98,7 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
 
 
 FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, zero_bubble_study, memory_per_rank, memory_breakdown,
-           memory_vs_throughput, throughput, compute_rate, checkpointing_tradeoff, dp_scaling)
+           memory_vs_throughput, throughput, compute_rate, checkpointing_tradeoff, dp_scaling, tensor_parallel)
 
 
 def build_report(sweep: Sweep, out: Path) -> Path:

@@ -93,6 +93,8 @@ DIMS: dict[str, Callable[[Config], object]] = {
     "schedule": schedule_label,
     "pp": lambda c: c.pp,
     "dp": lambda c: c.dp,
+    "tp": lambda c: c.tp,
+    "sequence_parallel": lambda c: bool(c.sequence_parallel),
     "M": lambda c: c.microbatches,
     "B": lambda c: c.microbatch_size,
     "partition": lambda c: c.partition.name,
@@ -108,6 +110,9 @@ SCENARIO = ("model", "profile", "compute")  # what a partition comparison holds 
 
 
 MODE = ("compute", "device", "executor")  # how the times were made: a figure never joins runs that differ here
+# What makes two runs comparable at all: a line, front or bar group holds runs alike in these
+# (besides its own axis), and its label names them
+COMPARABLE = ("model", "B", *MODE, "tp")
 
 
 def dim(run: Run, name: str) -> object:
@@ -135,6 +140,17 @@ def varying(runs: list[Run]) -> list[str]:
 
 def label(run: Run, dims: Iterable[str]) -> str:
     return " ".join(str(dim(run, d)) if d == "schedule" else f"{d}={dim(run, d)}" for d in dims)
+
+
+def comparable(run: Run, but: Iterable[str] = ()) -> tuple:
+    """The run's COMPARABLE dimensions, except `but` (a figure's own axis): runs with equal keys
+    may share a line."""
+    return tuple(repr(dim(run, d)) for d in COMPARABLE if d not in but)
+
+
+def comparable_label(run: Run, but: Iterable[str] = ()) -> str:
+    """`model=gpt L12 h32 B=4 compute=real device=cpu executor=native tp=1`: what a group holds."""
+    return label(run, [d for d in COMPARABLE if d not in but])
 
 
 def series(runs: list[Run], x: str, always: tuple[str, ...] = ()) -> dict[str, list[Run]]:
@@ -176,4 +192,4 @@ def setting(r: Run) -> tuple:
     """What else sets a bubble besides schedule, N and M: runs differing in these are not
     points of one curve."""
     c = r.cfg
-    return (mode(r), c.partition.name, c.profile, c.dp, c.checkpointing, c.model.name, c.microbatch_size)
+    return (mode(r), c.partition.name, c.profile, c.dp, c.tp, c.checkpointing, c.model.name, c.microbatch_size)

@@ -12,7 +12,7 @@ from harness.report.figures import Figure, log2_x, save, say
 from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
 
 
-def _line(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
+def trend(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
     """Every run as a point (with `spread(r)` as its error bar), the line through the mean at
     each x (repeats of a point stay visible) and, where an x has repeats, the 95% interval of
     their mean as a band."""
@@ -28,15 +28,15 @@ def _line(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=N
         ax.errorbar(dim(r, x), y(r), yerr=err, fmt="o", ms=4, color=color, capsize=2 if err else 0)
 
 
-def _samples_s(r: Run) -> float:
+def samples_s(r: Run) -> float:
     return r.metrics.throughput_samples_s
 
 
-def _samples_spread(r: Run) -> list[list[float]] | None:
+def samples_spread(r: Run) -> list[list[float]] | None:
     """Throughput's error bar: its 95% interval over the run's steps (records before intervals:
     from the interquartile range of its step times)."""
     m = r.metrics
-    y = _samples_s(r)
+    y = samples_s(r)
     if m.intervals is not None and (ci := m.intervals.throughput_samples_s):
         return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
     if not m.step_time_iqr_s:
@@ -70,7 +70,7 @@ def _against(ax, runs: list[Run], x: str, name: str) -> list[Run]:
         say(ax, f"no runs that differ in {name} alone")
         return []
     for lbl, mine in series(runs, x).items():
-        _line(ax, mine, x, _samples_s, lbl, spread=_samples_spread)
+        trend(ax, mine, x, samples_s, lbl, spread=samples_spread)
     log2_x(ax, sorted({dim(r, x) for r in runs}))
     ax.set(xlabel=name, ylabel="throughput (samples/s)")
     ax.set_ylim(bottom=0)
@@ -134,15 +134,15 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
     for (sched, pp, m, compute, *_), mine in scaling.items():
         gb = mine[0].cfg.global_batch
         lbl = f"{sched} pp={pp} M={m} {compute}" + (f", global batch {gb}" if gb else "")
-        _line(left, mine, "dp", _samples_s, lbl, spread=_samples_spread)
+        trend(left, mine, "dp", samples_s, lbl, spread=samples_spread)
         if modeled := [r for r in mine if r.metrics.model_step_s]:
             dps = sorted({dim(r, "dp") for r in modeled})
             left.plot(dps, [fmean(_model_samples_s(r) for r in modeled if dim(r, "dp") == d) for d in dps], ":",
                       color=left.lines[-1].get_color(), lw=1)
-        _line(right, mine, "dp", lambda r: r.metrics.bubble.measured, lbl)
+        trend(right, mine, "dp", lambda r: r.metrics.bubble.measured, lbl)
         if synced := [r for r in mine if r.metrics.dp_sync_s is not None]:
-            _line(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
-            _line(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)", "--",
+            trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
+            trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)", "--",
                   color=sync.lines[-1].get_color())
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
