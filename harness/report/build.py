@@ -3,6 +3,7 @@ every figure as PNG + SVG. The report is a list of sections, each from one small
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,7 @@ from harness.report.zero_bubble import zero_bubble_study
 
 
 def figure_section(fig: Figure) -> list[Block]:
-    blocks: list[Block] = [Heading(fig.title), Text(fig.caption)]
+    blocks: list[Block] = [Heading(fig.title), Text(fig.caption)] + ([Items(fig.notes)] if fig.notes else [])
     if fig.path:
         blocks += [Image(fig.path.name, fig.title),
                    Text(f"Made from: {fig.held}. SVG: `{fig.path.with_suffix('.svg').name}`.")]
@@ -55,9 +56,16 @@ def guarded(make: Callable[..., list[Block]], *args: object) -> list[Block]:
                 Items([f"Not drawn: failed: {type(e).__name__}: {e}"])]
 
 
+def shown_path(path: Path) -> str:
+    """The sweep as a committed report may name it: relative to the working directory where it
+    lies below it, else by its name alone (never the absolute path of the machine that made it)."""
+    rel = os.path.relpath(path.resolve(), Path.cwd().resolve())
+    return path.resolve().name if rel.startswith("..") or os.path.isabs(rel) else Path(rel).as_posix()
+
+
 def header(sweep: Sweep) -> list[Block]:
     good = ok(sweep.runs)
-    return [Heading(f"Sweep `{sweep.name}`", 1), Text(f"Source: `{sweep.path}`"),
+    return [Heading(f"Sweep `{sweep.name}`", 1), Text(f"Source: `{shown_path(sweep.path)}`"),
             Text(f"How the runs were made: {provenance(sweep.runs)}"),
             Text(f"{len(good)} ok, {len(sweep.runs) - len(good)} not ok, {len(sweep.corrupt)} corrupt or partial "
                  "records. Every record, one row each: `runs.csv` beside this page.")]

@@ -26,6 +26,7 @@ class Figure:
     runs: list[Run]  # the runs drawn
     path: Path | None = None  # the PNG (an SVG beside it); None: nothing to draw
     missing: list[str] = field(default_factory=list)  # what is not drawn, and why
+    notes: list[str] = field(default_factory=list)  # what a reader must know to read it: model against measured
 
     @property
     def held(self) -> str:

@@ -71,6 +71,12 @@ def ok(runs: Iterable[Run]) -> list[Run]:
     return [r for r in runs if r.status == "ok"]
 
 
+def by_device(r: Run) -> bool:
+    """Whether a device made its times (Result.measurement == "measured"): the only runs whose
+    TFLOP/s and MFU the report shows (an emulated run's times were set, a simulated one's modeled)."""
+    return r.measurement == "measured"
+
+
 def schedule_label(c: Config) -> str:
     """The schedule as its entry names it (a generated one with the key that says which), and its v."""
     name = c.schedule.name

@@ -104,6 +104,65 @@ def throughput(runs: list[Run], out: Path) -> Figure:
     return fig_
 
 
+def _sync_interval(runs: list[Run]) -> tuple[float, float, float, str]:
+    """(mean, lo, hi, what the interval is over) of the measured gradient sync at one point: over
+    the repeats' values where there are several runs; else the run's step-time 95% interval
+    moved onto the sync (the record keeps no per-step sync, and the sync is part of the step, so
+    the step's spread bounds how far its steps move together), a point where there is neither."""
+    values = [r.metrics.dp_sync_s for r in runs]
+    mean = fmean(values)
+    if len(values) > 1:
+        lo, hi = interval(values, fmean)
+        return mean, lo, hi, f"over {len(values)} repeats"
+    m = runs[0].metrics
+    if m.intervals is None:
+        return mean, mean, mean, "no interval recorded"
+    lo, hi = m.intervals.step_time_s
+    return (mean, max(0.0, mean - (m.step_time_s - lo)), mean + (hi - m.step_time_s),
+            f"the step time's over {m.intervals.steps} steps")
+
+
+def disagreement(what: str, measured: float, lo: float, hi: float, over: str, model: float, unit: str,
+                 scale: float = 1.0) -> str | None:
+    """One line where the model falls outside the measurement's 95% interval: by how much, and on
+    which side; None where it falls inside (model and measurement agree as far as they can tell)."""
+    if lo <= model <= hi:
+        return None
+    ratio = measured / model if model else float("inf")
+    side = f"{ratio:.3g}x the model's" if ratio >= 1 else f"{1 / ratio:.3g}x below the model's"
+    return (f"{what}: measured {measured * scale:.4g} {unit} (95% interval {lo * scale:.4g}-{hi * scale:.4g}, "
+            f"{over}) is {side} {model * scale:.4g} {unit}: outside the interval")
+
+
+def _sync_against_model(ax, synced: list[Run], lbl: str) -> list[str]:
+    """At each dp, the measured sync against the ring model: measured / model written beside the
+    point where the model falls outside the measured interval; the lines that say so."""
+    notes = []
+    for d in sorted({dim(r, "dp") for r in synced}):
+        mine = [r for r in synced if dim(r, "dp") == d]
+        mean, lo, hi, over = _sync_interval(mine)
+        model = fmean(r.metrics.dp_sync_theory_s for r in mine)
+        if note := disagreement(f"{lbl}, dp={d}: gradient sync", mean, lo, hi, over, model, "ms", 1e3):
+            notes.append(note)
+            ax.annotate(f"{mean / model:.3g}x model" if model else "model 0", (d, mean * 1e3), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points", color="#c44e52")
+    return notes
+
+
+def _throughput_against_model(runs: list[Run], what: str) -> str | None:
+    """The cost model's throughput against the measured one at one point (repeats: the interval
+    of their mean; one run: its own interval over its steps)."""
+    values = [samples_s(r) for r in runs]
+    model = fmean(_model_samples_s(r) for r in runs)
+    if len(values) > 1:
+        (lo, hi), over = interval(values, fmean), f"over {len(values)} repeats"
+    elif (ci := runs[0].metrics.intervals) is not None and ci.throughput_samples_s:
+        (lo, hi), over = ci.throughput_samples_s, f"over {ci.steps} steps"
+    else:
+        return None
+    return disagreement(what, fmean(values), lo, hi, over, model, "samples/s")
+
+
 def dp_scaling(runs: list[Run], out: Path) -> Figure:
     """Throughput, bubble and gradient sync against dp, one line per plan that differs only in
     dp (and the microbatch size a fixed global batch implies): ideal scaling is throughput x dp
@@ -114,7 +173,9 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
                   "for this study: at a fixed global batch each replica's microbatches shrink, and so does their "
                   "work, but not the fixed part of each op), measured bubble (middle) and the gradient sync (right: "
                   "measured dp_sync_s solid, ring all-reduce model dashed) against the data-parallel replicas dp, "
-                  "at fixed pipeline depth and microbatch count.", runs)
+                  "at fixed pipeline depth and microbatch count. Where the model falls outside the measured 95% "
+                  "interval the figure writes measured / model beside the point and the list below says by how much "
+                  "(the ring model prices latency and bandwidth only: README, Pipeline x data parallelism).", runs)
     if not any(dim(r, "dp") > 1 for r in runs):
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
@@ -122,7 +183,7 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         c = r.cfg
-        groups.setdefault((c.schedule.name, c.pp, c.microbatches, mode(r), dim(r, "partition"), dim(r, "model"),
+        groups.setdefault((c.schedule.name, c.pp, c.microbatches, mode(r), dim(r, "model"), c.tp, dim(r, "partition"),
                            c.global_batch), []).append(r)
     scaling = {k: g for k, g in groups.items() if len({dim(r, "dp") for r in g}) > 1}
     if skipped := [r for k, g in groups.items() if k not in scaling for r in g]:
@@ -131,9 +192,10 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
     if not runs:
         return fig_
     fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
-    for (sched, pp, m, compute, *_), mine in scaling.items():
+    for (sched, pp, m, compute, model, tp, *_), mine in scaling.items():
         gb = mine[0].cfg.global_batch
-        lbl = f"{sched} pp={pp} M={m} {compute}" + (f", global batch {gb}" if gb else "")
+        lbl = (f"{sched} pp={pp} M={m} {model}{f' tp={tp}' if tp > 1 else ''} {compute}"
+               + (f", global batch {gb}" if gb else ""))
         trend(left, mine, "dp", samples_s, lbl, spread=samples_spread)
         if modeled := [r for r in mine if r.metrics.model_step_s]:
             dps = sorted({dim(r, "dp") for r in modeled})
@@ -144,6 +206,9 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
             trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
             trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)", "--",
                   color=sync.lines[-1].get_color())
+            fig_.notes += _sync_against_model(sync, synced, lbl)
+        fig_.notes += [n for d in sorted({dim(r, "dp") for r in modeled}) if (n := _throughput_against_model(
+            [r for r in modeled if dim(r, "dp") == d], f"{lbl}, dp={d}: throughput"))]
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
         log2_x(ax, [dim(r, "dp") for r in runs])
@@ -152,4 +217,5 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
         if ax.get_legend_handles_labels()[0]:  # the sync panel is empty when no run synced
             ax.legend(fontsize=6)
     fig_.path = save(fig, out / "dp_scaling.png", fig_.title, runs)
+    fig_.notes = [f"Modelled against measured: {n}" for n in fig_.notes]
     return fig_
