@@ -20,10 +20,6 @@ SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
 # job directories of the later parts get a prefix (ckpt0_..., dp1_...): ids stay unique in the report
 # (quoted: Hydra's override grammar parses a nested interpolation only inside a quoted string)
 SUBDIR = 'hydra.sweep.subdir="$(1)$${hydra.job.num}_$${harness.dirname:$${hydra.job.override_dirname}}"'
-# make sweep's tp part: 4 ranks split as tp=2 x dp=1 (with and without sequence parallelism) and tp=1 x dp=2,
-# pp=2 and the global batch fixed: the report's tp figure at a fixed world size (two -m runs: Hydra sweeps a
-# grid, and tp=1,2 x dp=1,2 would add worlds of 2 and 8)
-TP_ARGS ?= model=gpt pp=2 schedule=1f1b compute=emulated global_batch=16 microbatches=4 steps=3
 # each part of the sweep writes <sweep>/multirun.yaml (its -m invocation's config): kept as multirun.<part>.yaml
 KEEP_MULTIRUN = mv $(SWEEP_DIR)/multirun.yaml $(SWEEP_DIR)/multirun.$(1).yaml
 # make profile: where the CPU profile goes (git-ignored runs/; OUT=data/gpt_cpu_profile.json refreshes the committed one)
@@ -65,9 +61,9 @@ sweep: venv ## The default study on CPU (gloo, wandb offline), every axis lightl
 	$(PY) -m harness -m experiment=balance +scenario=h200_emulated partition=params,profile \
 		hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,part)
 	$(call KEEP_MULTIRUN,part)
-	$(PY) -m harness -m $(TP_ARGS) tp=2 dp=1 sequence_parallel=false,true hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,tp)
+	$(PY) -m harness -m experiment=tp hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,tp)
 	$(call KEEP_MULTIRUN,tp)
-	$(PY) -m harness -m $(TP_ARGS) tp=1 dp=2 hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,tpref)
+	$(PY) -m harness -m experiment=tp tp=1 dp=2 sequence_parallel=false hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,tpref)
 	$(call KEEP_MULTIRUN,tpref)
 	$(PY) -m harness.report $(SWEEP_DIR) --out $(REPORTS)
 
