@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, save
-from harness.report.runs import Run, ok, run_id, run_ids, schedule_label
+from harness.report.runs import COMPARABLE, Run, dim, label, ok, run_id, run_ids, schedule_label
 
 PARTS = (("schedule", "schedule (theory, equal stages)", "#4c72b0"),
          ("imbalance", "stage imbalance", "#dd8452"),
@@ -17,9 +17,10 @@ PARTS = (("schedule", "schedule (theory, equal stages)", "#4c72b0"),
          ("overhead", "runtime overhead, jitter, contention", "#c44e52"))
 
 
-def _label(r: Run) -> str:
+def _label(r: Run, differ: list[str]) -> str:
+    """`3: 1f1b N2 M8`, and what else the drawn runs differ in (model, B, compute mode, tp)."""
     c = r.cfg
-    return f"{run_id(r)}: {schedule_label(c)} N{c.pp} M{c.microbatches}"
+    return f"{run_id(r)}: {schedule_label(c)} N{c.pp} M{c.microbatches} {label(r, differ)}".rstrip()
 
 
 def bubble_attribution(runs: list[Run], out: Path) -> Figure:
@@ -45,7 +46,8 @@ def bubble_attribution(runs: list[Run], out: Path) -> Figure:
         ax.bar(xs, values, 0.7, bottom=bottom, color=color, label=label)
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.plot(xs, [r.metrics.bubble.measured for r in drawn], "_", color="black", ms=14, mew=2, label="measured")
-    ax.set_xticks(list(xs), [_label(r) + (" *" if r.oversubscribed else "") for r in drawn], rotation=60, ha="right",
+    differ = [d for d in COMPARABLE if len({repr(dim(r, d)) for r in drawn}) > 1]
+    ax.set_xticks(list(xs), [_label(r, differ) + (" *" if r.oversubscribed else "") for r in drawn], rotation=60, ha="right",
                   fontsize=7)
     ax.set_ylabel("bubble fraction")
     ax.set_ylim(0, max(1e-9, max(bottom + [r.metrics.bubble.measured for r in drawn])) * 1.1)
