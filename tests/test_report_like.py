@@ -5,6 +5,7 @@ its measurement says so. On made-up records (no runs): each test draws at most o
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -207,13 +208,32 @@ def test_the_runs_table_fits_a_1280_px_page():
         assert sum(7 * n + 14 for n in widest) <= 1200, widest
 
 
+def _trace(job: Path, sync_ms_per_step: dict[int, list[float]]) -> None:
+    """A trace.json with one dp_sync event per rank and step (the durations given, in ms)."""
+    events = [{"ph": "X", "name": "dp_sync 0", "cat": "comm", "pid": 0, "tid": rank, "ts": 1e6 * step, "dur": ms * 1e3,
+               "args": {"step": step, "kind": "dp_sync", "stage": 0, "microbatch": -1}}
+              for step, per_rank in sync_ms_per_step.items() for rank, ms in enumerate(per_rank)]
+    job.mkdir(parents=True)
+    (job / "trace.json").write_text(json.dumps({"traceEvents": events}))
+
+
 def test_a_model_outside_the_measured_interval_is_said_with_its_factor(tmp_path):
     assert disagreement("sync", 0.0157, 0.015, 0.016, "over 3 steps", 0.00163, "ms", 1e3) == (
         "sync: measured 15.7 ms (95% interval 15-16, over 3 steps) is 9.63x the model's 1.63 ms: outside the interval")
     assert disagreement("sync", 0.0157, 0.001, 0.02, "over 3 steps", 0.00163, "ms", 1e3) is None
-    runs = [fake(0, dp=1), fake(1, dp=2, dp_sync=(0.0157, 0.00163)), fake(2, dp=4, dp_sync=(0.0160, 0.0150))]
+    runs = [fake(0, dp=1, warmup_steps=1), fake(1, dp=2, dp_sync=(0.0157, 0.00163), warmup_steps=1),
+            fake(2, dp=4, dp_sync=(0.0160, 0.0150), warmup_steps=1)]
+    # step 0 is warm-up (not measured); per measured step the longest rank's total, as metrics.dp_sync_s
+    _trace(tmp_path / "1_x", {0: [90.0, 1.0], 1: [15.0, 15.7], 2: [16.0, 3.0], 3: [2.0, 15.9]})
+    _trace(tmp_path / "2_x", {1: [14.0, 1.0, 1.0, 1.0], 2: [16.0] * 4, 3: [18.0] * 4})
+    for r in runs:
+        r.sweep = tmp_path
     fig = dp_scaling(runs, tmp_path)
     sync = [n for n in fig.notes if "gradient sync" in n]
     assert len(sync) == 1 and "dp=2" in sync[0] and "9.63x the model's" in sync[0], fig.notes
+    assert "(95% interval 15.7-16, over 3 measured steps)" in sync[0]
     md = markdown(build.figure_section(fig))
     assert "Modelled against measured" in md and "9.63x" in md
+    for r in runs:  # no trace to read: no interval, so no claim either way
+        r.sweep = None
+    assert not [n for n in dp_scaling(runs, tmp_path).notes if "gradient sync" in n]

@@ -23,7 +23,7 @@ CONFIG_KEYS = ("schedule.name", "pp", "microbatches", "microbatch_size", "comput
 # gives it (other keys are not looked at: a record from another version may differ there).
 # The report reads these of `Result.cfg` only (tests/test_report_schema.py holds it to that).
 REPORTED = CONFIG_KEYS + ("dp", "tp", "sequence_parallel", "virtual_stages", "device", "checkpointing", "profile", "model.layers",
-                          "model.hidden", "cost.fwd_ms_per_layer", "zero", "dtype", "global_batch", "optimizer.name")
+                          "model.hidden", "cost.fwd_ms_per_layer", "zero", "dtype", "global_batch", "optimizer.name", "warmup_steps")
 POSITIVE = ("pp", "dp", "tp", "virtual_stages", "microbatches", "microbatch_size")  # in a run that finished ok
 # Beyond these no run was made (pp x dp is one process each): figures draw per rank and per M, so a
 # tampered record's 2**40 would cost the report hours, not a run
@@ -190,7 +190,7 @@ def load_sweep(path: Path) -> Sweep:
         if why is not None:
             sweep.corrupt.append((rel, " ".join(why.split())))
             continue
-        sweep.runs.append(Run(result, str(f.parent.relative_to(path))))
+        sweep.runs.append(Run(result, str(f.parent.relative_to(path)), path))
     _newest_per_point(sweep, found.missing)
     sweep.corrupt.sort()
     return sweep

@@ -22,6 +22,7 @@ class Run:
     """One reported record: the Result as read (older versions upgraded) and its job directory."""
     result: Result
     dir: str  # the job directory, relative to the sweep
+    sweep: Path | None = None  # the sweep directory, where a figure reads a job's trace.json; None: made up
 
     @property
     def cfg(self) -> Config:

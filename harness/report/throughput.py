@@ -8,7 +8,10 @@ from statistics import fmean
 import matplotlib.pyplot as plt
 
 from harness.measure.intervals import interval
+from harness.records.record import TRACE
+from harness.records.safe_io import FileRefused
 from harness.report.figures import Figure, log2_x, save, say
+from harness.report.gallery import read_trace_capped
 from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
 
 
@@ -104,22 +107,36 @@ def throughput(runs: list[Run], out: Path) -> Figure:
     return fig_
 
 
-def _sync_interval(runs: list[Run]) -> tuple[float, float, float, str]:
-    """(mean, lo, hi, what the interval is over) of the measured gradient sync at one point: over
-    the repeats' values where there are several runs; else the run's step-time 95% interval
-    moved onto the sync (the record keeps no per-step sync, and the sync is part of the step, so
-    the step's spread bounds how far its steps move together), a point where there is neither."""
+def sync_per_step(r: Run) -> list[float] | None:
+    """The run's gradient sync in each measured step, as metrics.dp_sync_s takes its median of them
+    (harness/measure/metrics.py: the longest per-rank total of dp_sync events), from its trace.json;
+    None where there is no trace to read (a made-up run, a trace cut or removed)."""
+    if r.sweep is None:
+        return None
+    try:
+        trace = read_trace_capped(r.sweep / r.dir / TRACE)
+    except (OSError, ValueError, KeyError, TypeError, FileRefused):
+        return None
+    totals: dict[int, dict[int, float]] = {}
+    for e in trace:
+        if e.kind == "dp_sync" and e.step >= r.cfg.warmup_steps:
+            per_rank = totals.setdefault(e.step, {})
+            per_rank[e.rank] = per_rank.get(e.rank, 0.0) + e.dur
+    return [max(v.values()) for _, v in sorted(totals.items())] or None
+
+
+def _sync_interval(runs: list[Run]) -> tuple[float, float, float, str] | None:
+    """(value, lo, hi, what the 95% interval is over) of the measured gradient sync at one point:
+    over the repeats' values where there are several runs, else over the run's measured steps
+    (a bootstrap of their median, as the record's other intervals); None: no interval to be had."""
     values = [r.metrics.dp_sync_s for r in runs]
-    mean = fmean(values)
     if len(values) > 1:
         lo, hi = interval(values, fmean)
-        return mean, lo, hi, f"over {len(values)} repeats"
-    m = runs[0].metrics
-    if m.intervals is None:
-        return mean, mean, mean, "no interval recorded"
-    lo, hi = m.intervals.step_time_s
-    return (mean, max(0.0, mean - (m.step_time_s - lo)), mean + (hi - m.step_time_s),
-            f"the step time's over {m.intervals.steps} steps")
+        return fmean(values), lo, hi, f"over {len(values)} repeats"
+    if (steps := sync_per_step(runs[0])) is None:
+        return None
+    lo, hi = interval(steps)
+    return values[0], lo, hi, f"over {len(steps)} measured steps"
 
 
 def disagreement(what: str, measured: float, lo: float, hi: float, over: str, model: float, unit: str,
@@ -135,17 +152,23 @@ def disagreement(what: str, measured: float, lo: float, hi: float, over: str, mo
 
 
 def _sync_against_model(ax, synced: list[Run], lbl: str) -> list[str]:
-    """At each dp, the measured sync against the ring model: measured / model written beside the
-    point where the model falls outside the measured interval; the lines that say so."""
+    """At each dp, the measured sync against the ring model: measured / model written beside every
+    point (red, with `outside` where the model falls outside the measured interval); the lines that
+    say where it does."""
     notes = []
     for d in sorted({dim(r, "dp") for r in synced}):
         mine = [r for r in synced if dim(r, "dp") == d]
-        mean, lo, hi, over = _sync_interval(mine)
         model = fmean(r.metrics.dp_sync_theory_s for r in mine)
-        if note := disagreement(f"{lbl}, dp={d}: gradient sync", mean, lo, hi, over, model, "ms", 1e3):
-            notes.append(note)
-            ax.annotate(f"{mean / model:.3g}x model" if model else "model 0", (d, mean * 1e3), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points", color="#c44e52")
+        if (measured := _sync_interval(mine)) is None:
+            mean, note, verdict = fmean(r.metrics.dp_sync_s for r in mine), None, ", no interval"
+        else:
+            mean, lo, hi, over = measured
+            note = disagreement(f"{lbl}, dp={d}: gradient sync", mean, lo, hi, over, model, "ms", 1e3)
+            verdict = ", outside its interval" if note else ", within its interval"
+        notes += [note] if note else []
+        ratio = f"{mean / model:.3g}x model" if model else "model 0"
+        ax.annotate(ratio + verdict, (d, mean * 1e3), fontsize=7, xytext=(-4, 6), textcoords="offset points",
+                    ha="right", color="#c44e52" if note else "0.35")
     return notes
 
 
@@ -194,8 +217,11 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
     fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
     for (sched, pp, m, compute, model, tp, *_), mine in scaling.items():
         gb = mine[0].cfg.global_batch
-        lbl = (f"{sched} pp={pp} M={m} {model}{f' tp={tp}' if tp > 1 else ''} {compute}"
-               + (f", global batch {gb}" if gb else ""))
+        full = (f"{sched} pp={pp} M={m} {model}{f' tp={tp}' if tp > 1 else ''} {compute}"
+                + (f", global batch {gb}" if gb else ""))
+        lbl = full if len(scaling) > 1 else "measured"  # one line: its setting goes into the caption
+        if len(scaling) == 1:
+            fig_.caption += f" Every line: {full}."
         trend(left, mine, "dp", samples_s, lbl, spread=samples_spread)
         if modeled := [r for r in mine if r.metrics.model_step_s]:
             dps = sorted({dim(r, "dp") for r in modeled})
@@ -204,11 +230,11 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
         trend(right, mine, "dp", lambda r: r.metrics.bubble.measured, lbl)
         if synced := [r for r in mine if r.metrics.dp_sync_s is not None]:
             trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
-            trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)", "--",
-                  color=sync.lines[-1].get_color())
-            fig_.notes += _sync_against_model(sync, synced, lbl)
+            trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)" if len(scaling) > 1
+                  else "ring all-reduce model", "--", color=sync.lines[-1].get_color())
+            fig_.notes += _sync_against_model(sync, synced, full)
         fig_.notes += [n for d in sorted({dim(r, "dp") for r in modeled}) if (n := _throughput_against_model(
-            [r for r in modeled if dim(r, "dp") == d], f"{lbl}, dp={d}: throughput"))]
+            [r for r in modeled if dim(r, "dp") == d], f"{full}, dp={d}: throughput"))]
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
         log2_x(ax, [dim(r, "dp") for r in runs])
