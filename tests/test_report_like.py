@@ -134,6 +134,7 @@ def test_the_tp_figure_draws_and_names_what_it_leaves_out(tmp_path):
     assert fig.path == tmp_path / "tensor_parallel.png" and {r.dir for r in fig.runs} == {"0_x", "1_x"}
     assert any("runs 2: no run differs from them in tp alone" in m for m in fig.missing), fig.missing
     assert "world=4" in fig.caption and "global batch 16" in fig.caption
+    assert "tp=1 (1), 2 (1)" in fig.held  # the provenance line (and so the figure's title) names tp
     flat = tensor_parallel([fake(0)], tmp_path)
     assert flat.path is None and flat.missing == ["no runs with tp > 1 (all 1 ok runs have tp=1)"]
 
