@@ -238,3 +238,16 @@ def test_a_model_outside_the_measured_interval_is_said_with_its_factor(tmp_path)
     for r in runs:  # no trace to read: no interval, so no claim either way
         r.sweep = None
     assert not [n for n in dp_scaling(runs, tmp_path).notes if "gradient sync" in n]
+
+
+def test_a_replay_headline_keeps_to_the_profiled_models_units():
+    """profile= with emulated compute: the FLOPs are the profiled model's, the tokens the stand-in's
+    sequence; the headline gives no tokens/s beside the profiled model's TFLOP/s."""
+    r = fake(0, profile="data/llama70b_h200_derived_block_profile.json", model={"name": "gpt", "layers": 4,
+                                                                                "hidden": 64, "seq": 64})
+    r.metrics.throughput_tokens_s = 6400.0
+    r.metrics.flops.source = "profile=data/llama70b_h200_derived_block_profile.json (fwd_flops per layer)"
+    line = r.result.headline()
+    assert "tokens/s" not in line.split("(the profiled")[0] and "the profiled model's" in line
+    r.result.measurement = "measured"
+    assert "6400 tokens/s" in r.result.headline()
