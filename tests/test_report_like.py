@@ -23,7 +23,8 @@ from harness.report.memory import memory_vs_throughput
 from harness.report.runs import Run
 from harness.report.tables import summary
 from harness.report.tensor import tensor_parallel, tp_lines
-from harness.report.throughput import disagreement, dp_scaling, throughput
+from harness.report.modelled import disagreement
+from harness.report.throughput import dp_scaling, throughput
 
 
 def fake(i: int, throughput_s: float | None = None, dp_sync: tuple[float, float] | None = None,

@@ -149,15 +149,9 @@ def label(run: Run, dims: Iterable[str]) -> str:
     return " ".join(str(dim(run, d)) if d == "schedule" else f"{d}={dim(run, d)}" for d in dims)
 
 
-def comparable(run: Run, but: Iterable[str] = ()) -> tuple:
-    """The run's COMPARABLE dimensions, except `but` (a figure's own axis): runs with equal keys
-    may share a line."""
-    return tuple(repr(dim(run, d)) for d in COMPARABLE if d not in but)
-
-
-def comparable_label(run: Run, but: Iterable[str] = ()) -> str:
-    """`model=gpt L12 h32 B=4 compute=real device=cpu executor=native tp=1`: what a group holds."""
-    return label(run, [d for d in COMPARABLE if d not in but])
+def comparable(run: Run) -> tuple:
+    """The run's COMPARABLE dimensions: runs with equal keys may share a line or a front."""
+    return tuple(repr(dim(run, d)) for d in COMPARABLE)
 
 
 def series(runs: list[Run], x: str, always: tuple[str, ...] = ()) -> dict[str, list[Run]]:

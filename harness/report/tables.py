@@ -13,7 +13,8 @@ from harness.records.record import RESULT
 from harness.report.load import Sweep, status_of
 from harness.report.runs import Run, by_device, dim, run_id, schedule_label
 
-COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "tp", "sequence_parallel", "microbatches", "microbatch_size", "model",
+COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "tp", "sequence_parallel", "microbatches",
+           "microbatch_size", "model",
            "partition", "layers_per_stage", "compute", "executor", "device", "checkpointing", "step_time_s",
            "step_time_lo_s", "step_time_hi_s", "throughput_samples_s", "tflops_per_device", "mfu", "hfu", "bubble_theory", "bubble_simulated",
            "bubble_measured", "bubble_lo", "bubble_hi", "bubble_overlapped", "peak_activation_bytes_max", "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
@@ -27,7 +28,8 @@ def row(run: Run) -> dict:
     f = f if by_device(run) else None  # emulated or simulated: the time was set or modeled, no device's rate
     return {
         "run": run.dir, "status": run.status, "schedule": schedule_label(c),
-        "virtual_stages": c.virtual_stages, "pp": c.pp, "dp": c.dp, "tp": c.tp, "sequence_parallel": c.sequence_parallel,
+        "virtual_stages": c.virtual_stages, "pp": c.pp, "dp": c.dp, "tp": c.tp,
+        "sequence_parallel": c.sequence_parallel,
         "microbatches": c.microbatches, "microbatch_size": c.microbatch_size, "model": dim(run, "model"),
         "partition": dim(run, "partition"), "layers_per_stage": run.partition.get("layers_per_stage"),
         "compute": c.compute, "executor": c.executor, "device": dim(run, "device"), "checkpointing": c.checkpointing,
@@ -88,7 +90,8 @@ def summary(runs: list[Run]) -> list[Block]:
         ran.append([run_id(run), r["status"], schedule_label(run.cfg), r["pp"], tp, r["dp"], r["microbatches"],
                     r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
                     ", ".join(o for o in overrides(run) if o not in shared)])
-        measured.append([run_id(run), _scaled(r["step_time_s"], 1e3), _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3),
+        measured.append([run_id(run), _scaled(r["step_time_s"], 1e3),
+                         _span(r["step_time_lo_s"], r["step_time_hi_s"], 1e3),
                          r["throughput_samples_s"], "n/a" if r["tflops_per_device"] is None else r["tflops_per_device"],
                          "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble_theory"], r["bubble_simulated"],
                          r["bubble_measured"], r["bubble_overlapped"], _scaled(r["peak_activation_bytes_max"], 2**-20)])

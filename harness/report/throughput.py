@@ -8,10 +8,8 @@ from statistics import fmean
 import matplotlib.pyplot as plt
 
 from harness.measure.intervals import interval
-from harness.records.record import TRACE
-from harness.records.safe_io import FileRefused
 from harness.report.figures import Figure, log2_x, save, say
-from harness.report.gallery import read_trace_capped
+from harness.report.modelled import sync_against_model, throughput_against_model
 from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
 
 
@@ -107,85 +105,6 @@ def throughput(runs: list[Run], out: Path) -> Figure:
     return fig_
 
 
-def sync_per_step(r: Run) -> list[float] | None:
-    """The run's gradient sync in each measured step, as metrics.dp_sync_s takes its median of them
-    (harness/measure/metrics.py: the longest per-rank total of dp_sync events), from its trace.json;
-    None where there is no trace to read (a made-up run, a trace cut or removed)."""
-    if r.sweep is None:
-        return None
-    try:
-        trace = read_trace_capped(r.sweep / r.dir / TRACE)
-    except (OSError, ValueError, KeyError, TypeError, FileRefused):
-        return None
-    totals: dict[int, dict[int, float]] = {}
-    for e in trace:
-        if e.kind == "dp_sync" and e.step >= r.cfg.warmup_steps:
-            per_rank = totals.setdefault(e.step, {})
-            per_rank[e.rank] = per_rank.get(e.rank, 0.0) + e.dur
-    return [max(v.values()) for _, v in sorted(totals.items())] or None
-
-
-def _sync_interval(runs: list[Run]) -> tuple[float, float, float, str] | None:
-    """(value, lo, hi, what the 95% interval is over) of the measured gradient sync at one point:
-    over the repeats' values where there are several runs, else over the run's measured steps
-    (a bootstrap of their median, as the record's other intervals); None: no interval to be had."""
-    values = [r.metrics.dp_sync_s for r in runs]
-    if len(values) > 1:
-        lo, hi = interval(values, fmean)
-        return fmean(values), lo, hi, f"over {len(values)} repeats"
-    if (steps := sync_per_step(runs[0])) is None:
-        return None
-    lo, hi = interval(steps)
-    return values[0], lo, hi, f"over {len(steps)} measured steps"
-
-
-def disagreement(what: str, measured: float, lo: float, hi: float, over: str, model: float, unit: str,
-                 scale: float = 1.0) -> str | None:
-    """One line where the model falls outside the measurement's 95% interval: by how much, and on
-    which side; None where it falls inside (model and measurement agree as far as they can tell)."""
-    if lo <= model <= hi:
-        return None
-    ratio = measured / model if model else float("inf")
-    side = f"{ratio:.3g}x the model's" if ratio >= 1 else f"{1 / ratio:.3g}x below the model's"
-    return (f"{what}: measured {measured * scale:.4g} {unit} (95% interval {lo * scale:.4g}-{hi * scale:.4g}, "
-            f"{over}) is {side} {model * scale:.4g} {unit}: outside the interval")
-
-
-def _sync_against_model(ax, synced: list[Run], lbl: str) -> list[str]:
-    """At each dp, the measured sync against the ring model: measured / model written beside every
-    point (red, with `outside` where the model falls outside the measured interval); the lines that
-    say where it does."""
-    notes = []
-    for d in sorted({dim(r, "dp") for r in synced}):
-        mine = [r for r in synced if dim(r, "dp") == d]
-        model = fmean(r.metrics.dp_sync_theory_s for r in mine)
-        if (measured := _sync_interval(mine)) is None:
-            mean, note, verdict = fmean(r.metrics.dp_sync_s for r in mine), None, ", no interval"
-        else:
-            mean, lo, hi, over = measured
-            note = disagreement(f"{lbl}, dp={d}: gradient sync", mean, lo, hi, over, model, "ms", 1e3)
-            verdict = ", outside its interval" if note else ", within its interval"
-        notes += [note] if note else []
-        ratio = f"{mean / model:.3g}x model" if model else "model 0"
-        ax.annotate(ratio + verdict, (d, mean * 1e3), fontsize=7, xytext=(-4, 6), textcoords="offset points",
-                    ha="right", color="#c44e52" if note else "0.35")
-    return notes
-
-
-def _throughput_against_model(runs: list[Run], what: str) -> str | None:
-    """The cost model's throughput against the measured one at one point (repeats: the interval
-    of their mean; one run: its own interval over its steps)."""
-    values = [samples_s(r) for r in runs]
-    model = fmean(_model_samples_s(r) for r in runs)
-    if len(values) > 1:
-        (lo, hi), over = interval(values, fmean), f"over {len(values)} repeats"
-    elif (ci := runs[0].metrics.intervals) is not None and ci.throughput_samples_s:
-        (lo, hi), over = ci.throughput_samples_s, f"over {ci.steps} steps"
-    else:
-        return None
-    return disagreement(what, fmean(values), lo, hi, over, model, "samples/s")
-
-
 def dp_scaling(runs: list[Run], out: Path) -> Figure:
     """Throughput, bubble and gradient sync against dp, one line per plan that differs only in
     dp (and the microbatch size a fixed global batch implies): ideal scaling is throughput x dp
@@ -196,9 +115,9 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
                   "for this study: at a fixed global batch each replica's microbatches shrink, and so does their "
                   "work, but not the fixed part of each op), measured bubble (middle) and the gradient sync (right: "
                   "measured dp_sync_s solid, ring all-reduce model dashed) against the data-parallel replicas dp, "
-                  "at fixed pipeline depth and microbatch count. Where the model falls outside the measured 95% "
-                  "interval the figure writes measured / model beside the point and the list below says by how much "
-                  "(the ring model prices latency and bandwidth only: README, Pipeline x data parallelism).", runs)
+                  "at fixed pipeline depth and microbatch count. Beside each sync point: measured / model; where the "
+                  "model falls outside the measured 95% interval, a line under this caption says by how much (the "
+                  "ring model prices latency and bandwidth only: README, Pipeline x data parallelism).", runs)
     if not any(dim(r, "dp") > 1 for r in runs):
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
@@ -232,9 +151,9 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
             trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
             trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)" if len(scaling) > 1
                   else "ring all-reduce model", "--", color=sync.lines[-1].get_color())
-            fig_.notes += _sync_against_model(sync, synced, full)
-        fig_.notes += [n for d in sorted({dim(r, "dp") for r in modeled}) if (n := _throughput_against_model(
-            [r for r in modeled if dim(r, "dp") == d], f"{full}, dp={d}: throughput"))]
+            fig_.notes += sync_against_model(sync, synced, full)
+        fig_.notes += [n for d in sorted({dim(r, "dp") for r in modeled}) if (n := throughput_against_model(
+            [r for r in modeled if dim(r, "dp") == d], _model_samples_s, f"{full}, dp={d}: throughput"))]
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
         log2_x(ax, [dim(r, "dp") for r in runs])
