@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import matplotlib.axes
+import matplotlib.pyplot as plt
 import pytest
 
 from harness.records.result import Bubble, Env, Flops, Intervals, Memory, Metrics, Result, measurement_of
@@ -62,8 +63,6 @@ def fake(i: int, throughput_s: float | None = None, dp_sync: tuple[float, float]
 @pytest.fixture(autouse=True)
 def unsaved(monkeypatch):
     """Figures drawn but not written (PNG + SVG cost seconds a figure): what is drawn is what is tested."""
-    import matplotlib.pyplot as plt
-
     from harness.report import memory, tensor, throughput as module
 
     def save(fig, path: Path, title: str, runs: list[Run]) -> Path:
@@ -247,3 +246,22 @@ def test_a_replay_headline_keeps_to_the_profiled_models_units():
     assert "tokens/s" not in line.split("(the profiled")[0] and "the profiled model's" in line
     r.result.measurement = "measured"
     assert "6400 tokens/s" in r.result.headline()
+
+
+def test_attribution_bars_stand_in_groups_named_by_letter(tmp_path, monkeypatch):
+    from harness.records.result import Attribution
+    from harness.report import attribution
+
+    monkeypatch.setattr(attribution, "save", lambda fig, path, title, runs: path)
+    runs = [fake(0), fake(1, microbatch_size=8), fake(2), fake(3, compute="real")]
+    for r in runs:
+        r.metrics.bubble.attribution = Attribution(0.2, 0.01, 0.01, 0.0)
+    fig = attribution.bubble_attribution(runs, tmp_path)
+    assert fig.path is not None and fig.missing == []
+    ax = plt.gcf().axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    # each group's bars side by side, each tick with its group's letter, the legend saying what a letter holds
+    assert [t[-3:] for t in ticks] == ["[A]", "[A]", "[B]", "[C]"], ticks
+    assert "[A] B=4 compute=emulated" in legend and "[C] B=8 compute=emulated" in legend, legend
+    plt.close("all")
