@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from harness.measure.intervals import interval
 from harness.report.figures import Figure, log2_x, save, say
 from harness.report.modelled import sync_against_model, throughput_against_model
-from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
+from harness.report.runs import COMPARABLE, Run, dim, label, mode, ok, run_ids, series, varying
 
 
 def trend(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
@@ -72,6 +72,9 @@ def _against(ax, runs: list[Run], x: str, name: str) -> list[Run]:
         return []
     for lbl, mine in series(runs, x).items():
         trend(ax, mine, x, samples_s, lbl, spread=samples_spread)
+    # what every line of the panel shares (the legend names only what sets lines apart)
+    ax.set_title(label(runs[0], [d for d in COMPARABLE if d != x and len({repr(dim(r, d)) for r in runs}) == 1]),
+                 fontsize=7)
     log2_x(ax, sorted({dim(r, x) for r in runs}))
     ax.set(xlabel=name, ylabel="throughput (samples/s)")
     ax.set_ylim(bottom=0)
