@@ -5,6 +5,7 @@ its measurement says so. On made-up records (no runs): each test draws at most o
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from html.parser import HTMLParser
@@ -265,3 +266,27 @@ def test_attribution_bars_stand_in_groups_named_by_letter(tmp_path, monkeypatch)
     assert [t[-3:] for t in ticks] == ["[A]", "[A]", "[B]", "[C]"], ticks
     assert "[A] B=4 compute=emulated" in legend and "[C] B=8 compute=emulated" in legend, legend
     plt.close("all")
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "reports" / "example"
+
+
+def test_the_committed_example_compares_like_with_like():
+    """reports/example/ (the README's figures) as committed: no absolute path of the machine that
+    made it, unique section titles, no TFLOP/s for a run whose times no device made, every table
+    within the page, and the tp figure drawn."""
+    md, html = (EXAMPLE / "index.md").read_text(), (EXAMPLE / "index.html").read_text()
+    marker = (EXAMPLE / ".harness-copy.json").read_text()
+    for text in (md, html, marker, (EXAMPLE / "runs.csv").read_text()):
+        assert not re.search(r"(?<![\w.])/(tmp|home|work|root|Users|private|var)/", text)
+    titles = re.findall(r"^## (.+)$", md, re.M)
+    assert len(titles) == len(set(titles)), titles
+    rows = list(csv.DictReader((EXAMPLE / "runs.csv").open()))
+    assert rows and all(not r["tflops_per_device"] and not r["mfu"] for r in rows
+                        if r["compute"] == "emulated" or r["executor"] == "sim")
+    parser = _Tables()
+    parser.feed(html)
+    for table in parser.tables:
+        widest = [max(len(w) for row in table for w in (row[k].split() or [""])) for k in range(len(table[0]))]
+        assert sum(7 * n + 14 for n in widest) <= 1200, (table[0], widest)
+    assert "## Tensor parallelism at a fixed world size" in md and (EXAMPLE / "tensor_parallel.png").is_file()
