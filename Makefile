@@ -13,7 +13,8 @@ PROJECT ?= harness
 ENTITY ?=
 DASHBOARD_ARGS ?=
 # The default study: GPipe vs 1F1B x pp 2,4 x M 2..16, emulated compute (harness/conf/experiment/study.yaml),
-# then microbatch size x checkpointing (real compute), dp 1,2,4 and two partitioners, all in one sweep dir.
+# then microbatch size x checkpointing (real compute), dp 1,2,4, two partitioners and tp 1,2 at 4 ranks, all in one
+# sweep dir.
 SWEEP_ARGS ?= experiment=study
 SWEEP_DIR := runs/sweeps/$(shell date +%Y-%m-%d_%H-%M-%S)
 # job directories of the later parts get a prefix (ckpt0_..., dp1_...): ids stay unique in the report
@@ -69,6 +70,10 @@ sweep: venv ## The default study on CPU (gloo, wandb offline), every axis lightl
 	$(PY) -m harness -m experiment=balance +scenario=h200_emulated partition=params,profile \
 		hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,part)
 	$(call KEEP_MULTIRUN,part)
+	$(PY) -m harness -m experiment=tp hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,tp)
+	$(call KEEP_MULTIRUN,tp)
+	$(PY) -m harness -m experiment=tp tp=1 dp=2 sequence_parallel=false hydra.sweep.dir=$(SWEEP_DIR) $(call SUBDIR,tpref)
+	$(call KEEP_MULTIRUN,tpref)
 	$(PY) -m harness.report $(SWEEP_DIR) --out $(REPORTS)
 
 # make example: a fresh make sweep, unless SWEEP names one already run

@@ -335,9 +335,13 @@ class Result:
             if (a := b.attribution) is not None:
                 bubble += (f" = schedule {a.schedule:.3f} + imbalance {a.imbalance:.3f} + communication "
                            f"{a.communication:.3f} + overhead {a.overhead:.3f}")
+        # a replay (profile=, times not measured) runs a stand-in: its tokens/s counts the stand-in's sequence,
+        # its FLOPs are the profiled model's; the headline keeps to the profiled model's units
+        replay = m.flops is not None and m.flops.source.startswith("profile=") and self.measurement != "measured"
         line = (f"{what}: {bubble}, step {m.step_time_s * 1e3:.1f} ms, {m.throughput_samples_s:.0f} samples/s"
-                + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s else "")
-                + (f", {flops_phrase(m.flops)}" if m.flops is not None else ""))
+                + (f", {m.throughput_tokens_s:.0f} tokens/s" if m.throughput_tokens_s and not replay else "")
+                + (f", {flops_phrase(m.flops)}" if m.flops is not None else "")
+                + (f" (the profiled model's, {c['profile']}; tokens/s n/a: the stand-in's sequence)" if replay else ""))
         if m.clock_note:
             line += f" [{m.clock_note}]"
         if self.status == "diverged":

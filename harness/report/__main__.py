@@ -15,7 +15,7 @@ from harness.frontend.args import OneLineParser
 from harness.records.atomic import UnsafeTarget
 from harness.records.outputs import out_problem
 from harness.records.record import RESULT
-from harness.report.build import build_report
+from harness.report.build import build_report, shown_path
 from harness.report.load import load_sweep, newest_sweep, status_of
 from harness.records.safe_io import read_text
 
@@ -145,7 +145,7 @@ def replace_copy(report: Path, target: Path) -> list[str]:
             (fresh.path / f).parent.mkdir(parents=True, exist_ok=True)
             _carry(target / f, fresh.path / f)
         write_json_atomic(fresh.path / MARKER, {"written_by": "python -m harness.report --copy-as",
-                                                "source": str(report), "files": new})
+                                                "source": shown_path(report), "files": new})
         fresh.unmark()  # the copy holds what the report and the user put there, nothing of the scratch's
         if not existed:
             os.rename(fresh.path, target)

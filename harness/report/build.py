@@ -3,6 +3,7 @@ every figure as PNG + SVG. The report is a list of sections, each from one small
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +23,13 @@ from harness.report.memory import checkpointing_tradeoff, memory_breakdown, memo
 from harness.report.runs import Run, ok
 from harness.report.tables import summary, write_csv
 from harness.report.compute import compute_rate
+from harness.report.tensor import tensor_parallel
 from harness.report.throughput import dp_scaling, throughput
 from harness.report.zero_bubble import zero_bubble_study
 
 
 def figure_section(fig: Figure) -> list[Block]:
-    blocks: list[Block] = [Heading(fig.title), Text(fig.caption)]
+    blocks: list[Block] = [Heading(fig.title), Text(fig.caption)] + ([Items(fig.notes)] if fig.notes else [])
     if fig.path:
         blocks += [Image(fig.path.name, fig.title),
                    Text(f"Made from: {fig.held}. SVG: `{fig.path.with_suffix('.svg').name}`.")]
@@ -54,9 +56,16 @@ def guarded(make: Callable[..., list[Block]], *args: object) -> list[Block]:
                 Items([f"Not drawn: failed: {type(e).__name__}: {e}"])]
 
 
+def shown_path(path: Path) -> str:
+    """The sweep as a committed report may name it: relative to the working directory where it
+    lies below it, else by its name alone (never the absolute path of the machine that made it)."""
+    rel = os.path.relpath(path.resolve(), Path.cwd().resolve())
+    return path.resolve().name if rel.startswith("..") or os.path.isabs(rel) else Path(rel).as_posix()
+
+
 def header(sweep: Sweep) -> list[Block]:
     good = ok(sweep.runs)
-    return [Heading(f"Sweep `{sweep.name}`", 1), Text(f"Source: `{sweep.path}`"),
+    return [Heading(f"Sweep `{sweep.name}`", 1), Text(f"Source: `{shown_path(sweep.path)}`"),
             Text(f"How the runs were made: {provenance(sweep.runs)}"),
             Text(f"{len(good)} ok, {len(sweep.runs) - len(good)} not ok, {len(sweep.corrupt)} corrupt or partial "
                  "records. Every record, one row each: `runs.csv` beside this page.")]
@@ -97,7 +106,7 @@ def gallery_section(sweep: Sweep, out: Path) -> list[Block]:
 
 
 FIGURES = (bubble_vs_microbatches, measured_vs_theory, bubble_attribution, zero_bubble_study, memory_per_rank, memory_breakdown,
-           memory_vs_throughput, throughput, compute_rate, checkpointing_tradeoff, dp_scaling)
+           memory_vs_throughput, throughput, compute_rate, checkpointing_tradeoff, dp_scaling, tensor_parallel)
 
 
 def build_report(sweep: Sweep, out: Path) -> Path:

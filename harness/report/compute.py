@@ -1,7 +1,7 @@
 """Compute throughput per device: achieved TFLOP/s (model FLOPs) against the microbatch size
 B, and MFU where the device's peak is known (harness/planning/flops.py). Only runs whose times a device
-made (compute=real, or executor=sim priced for a named GPU): an emulated run's times are what
-was set, so its TFLOP/s says nothing about a device."""
+made (measured, compute=real): an emulated run's times are what was set and a simulated run's
+what the cost model priced, so their TFLOP/s says nothing a device did."""
 
 from __future__ import annotations
 
@@ -11,17 +11,11 @@ import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, log2_x, save, say
 from harness.records.result import Flops
-from harness.report.runs import Run, dim, ok, run_ids, series
+from harness.report.runs import Run, by_device, dim, ok, run_ids, series
 
 
 def _flops(r: Run) -> Flops | None:
     return r.result.metrics.flops if r.result.metrics is not None else None
-
-
-def _by_device(r: Run) -> bool:
-    """Whether a device made its times: measured, or simulated (priced for a device); an
-    emulated run's times are what was set."""
-    return r.measurement in ("measured", "simulated")
 
 
 def compute_rate(runs: list[Run], out: Path) -> Figure:
@@ -31,13 +25,14 @@ def compute_rate(runs: list[Run], out: Path) -> Figure:
                   "step and pp x dp devices) against the microbatch size B (left), and MFU (the share of the device's "
                   "dense peak, harness/planning/devices.py) where the peak is known (right; HFU dotted: with checkpointing's "
                   "recompute). Larger microbatches keep each op busier; the bubble and communication take the rest. "
-                  "Runs with compute=emulated are left out: their times are what was set.", runs)
-    shown = [r for r in runs if _by_device(r)]
-    if rest := [r for r in runs if not _by_device(r)]:
-        fig_.missing.append(f"runs {run_ids(rest)}: compute=emulated (times set, not a device's)")
+                  "Runs with compute=emulated or executor=sim are left out: their times are what was set or modeled.", runs)
+    shown = [r for r in runs if by_device(r)]
+    if rest := [r for r in runs if not by_device(r)]:
+        fig_.missing.append(f"runs {run_ids(rest)}: compute=emulated or executor=sim (times set or modeled, not "
+                            "a device's)")
     fig_.runs = shown
     if not shown:
-        fig_.missing.append("no run with compute=real or executor=sim recorded FLOPs")
+        fig_.missing.append("no run with measured compute (compute=real) recorded FLOPs")
         return fig_
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     with_peak = [r for r in shown if _flops(r).mfu is not None]

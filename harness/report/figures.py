@@ -26,6 +26,7 @@ class Figure:
     runs: list[Run]  # the runs drawn
     path: Path | None = None  # the PNG (an SVG beside it); None: nothing to draw
     missing: list[str] = field(default_factory=list)  # what is not drawn, and why
+    notes: list[str] = field(default_factory=list)  # what a reader must know to read it: model against measured
 
     @property
     def held(self) -> str:
@@ -36,7 +37,7 @@ PROVENANCE = ("compute", "device", "executor")  # dims (harness/report/runs.py D
 
 
 def provenance(runs: list[Run]) -> str:
-    """How the runs were made: compute mode, device, executor and how many. Where runs
+    """How the runs were made: compute mode, device, executor, tp where it differs, and how many. Where runs
     disagree the line counts each value and says MIXED: their figures are not like for like
     (emulated costs are what was set, real costs what this machine did)."""
     runs = ok(runs)
@@ -48,6 +49,8 @@ def provenance(runs: list[Run]) -> str:
             parts.append(f"{key}=" + ", ".join(f"{v} ({n})" for v, n in sorted(counts.items())))
         else:
             parts.append(f"{key}={next(iter(counts), '-')}")
+    if len(tps := Counter(dim(r, "tp") for r in runs)) > 1:  # named only where the runs differ in it
+        parts.append("tp=" + ", ".join(f"{v} ({n})" for v, n in sorted(tps.items())))
     line = "  ".join(parts) + f"  runs={len(runs)}"
     return line + (f"  MIXED {'/'.join(mixed)}: not like for like" if mixed else "")
 

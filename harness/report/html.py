@@ -1,5 +1,9 @@
 """index.html: the report's blocks as one self-contained page. Images are embedded as base64
-PNG data URIs, styles are inline: the file opens anywhere on its own, mailed or archived."""
+PNG data URIs, styles are inline: the file opens anywhere on its own, mailed or archived. The
+page is at most 1,200 px wide and every table fits it: its cells wrap at spaces, and inside a
+long word where they must (overflow-wrap: anywhere lets a cell shrink below its longest word,
+so an auto-layout table never needs more than the page; no scroll box, which would unstick the
+headers)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,8 @@ from harness.report.doc import Block, Code, Heading, Image, Items, Text, fmt
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222 }
 h1, h2, h3 { margin-top: 1.6em } code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px }
-table { border-collapse: collapse; font-size: 12px; margin: .5em 0 1em }
-th, td { border: 1px solid #ccc; padding: 2px 6px }
+table { border-collapse: collapse; font-size: 12px; margin: .5em 0 1em; table-layout: auto }
+th, td { border: 1px solid #ccc; padding: 2px 6px; overflow-wrap: anywhere }
 th { background: #f3f3f3; position: sticky; top: 0 } td { text-align: right } td:first-child { text-align: left }
 img { max-width: 100%; border: 1px solid #eee } nav a { margin-right: 1em }
 pre { background: #f3f3f3; padding: .5em; overflow-x: auto; white-space: pre-wrap; word-break: break-all }

@@ -22,12 +22,12 @@ CONFIG_KEYS = ("schedule.name", "pp", "microbatches", "microbatch_size", "comput
 # Every config key the report reads: where present, it must have the type harness.config.Config
 # gives it (other keys are not looked at: a record from another version may differ there).
 # The report reads these of `Result.cfg` only (tests/test_report_schema.py holds it to that).
-REPORTED = CONFIG_KEYS + ("dp", "virtual_stages", "device", "checkpointing", "profile", "model.layers",
-                          "model.hidden", "cost.fwd_ms_per_layer", "zero", "dtype", "global_batch", "optimizer.name")
-POSITIVE = ("pp", "dp", "virtual_stages", "microbatches", "microbatch_size")  # in a run that finished ok
+REPORTED = CONFIG_KEYS + ("dp", "tp", "sequence_parallel", "virtual_stages", "device", "checkpointing", "profile", "model.layers",
+                          "model.hidden", "cost.fwd_ms_per_layer", "zero", "dtype", "global_batch", "optimizer.name", "warmup_steps")
+POSITIVE = ("pp", "dp", "tp", "virtual_stages", "microbatches", "microbatch_size")  # in a run that finished ok
 # Beyond these no run was made (pp x dp is one process each): figures draw per rank and per M, so a
 # tampered record's 2**40 would cost the report hours, not a run
-LIMITS = {"pp": 1024, "dp": 1024, "virtual_stages": 1024, "microbatches": 65536}
+LIMITS = {"pp": 1024, "dp": 1024, "tp": 1024, "virtual_stages": 1024, "microbatches": 65536}
 MISSING = "missing: no result.json (killed before recording?)"
 JOB_DIR = re.compile(r"[a-z]*\d+(_.*)?", re.S)  # a Hydra job's directory: `12_pp=4,...`, `ckpt0_...`
 
@@ -190,7 +190,7 @@ def load_sweep(path: Path) -> Sweep:
         if why is not None:
             sweep.corrupt.append((rel, " ".join(why.split())))
             continue
-        sweep.runs.append(Run(result, str(f.parent.relative_to(path))))
+        sweep.runs.append(Run(result, str(f.parent.relative_to(path)), path))
     _newest_per_point(sweep, found.missing)
     sweep.corrupt.sort()
     return sweep

@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.report.figures import Figure, save, schedule_order
-from harness.report.runs import Run, by_mode, mode, ok, run_ids, setting
+from harness.report.runs import COMPARABLE, MODE, Run, by_mode, comparable, dim, label, mode, ok, run_ids, setting
 
 
 def _peaks(r: Run) -> list[int] | None:
@@ -58,7 +58,7 @@ def memory_per_rank(runs: list[Run], out: Path) -> Figure:
         ax.set_xticks(range(n), [f"rank {r}" for r in range(n)])
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("peak activation memory (MiB)")
-    fig_.path = save(fig, out / "memory_per_rank.png", "Activations held for backward, per rank", fig_.runs)
+    fig_.path = save(fig, out / "memory_per_rank.png", fig_.title, fig_.runs)
     return fig_
 
 
@@ -72,7 +72,7 @@ def checkpointing_tradeoff(runs: list[Run], out: Path) -> Figure:
 
     def key(r: Run) -> tuple:
         c = r.cfg
-        return (c.schedule.name, c.pp, c.microbatches, c.microbatch_size, mode(r), c.dp, repr(c.model),
+        return (c.schedule.name, c.pp, c.microbatches, c.microbatch_size, mode(r), c.dp, c.tp, repr(c.model),
                 c.partition.name)
 
     on = {key(r): r for r in runs if r.cfg.checkpointing}
@@ -82,7 +82,9 @@ def checkpointing_tradeoff(runs: list[Run], out: Path) -> Figure:
         fig_.missing.append("no pair of runs that differ only in checkpointing")
         return fig_
     fig_.runs = [by[k] for k in pairs for by in (off, on)]
-    labels = [f"{s} N={n} M={m}" for s, n, m, *_ in pairs]
+    # each row names its batch shape, and the model and mode where the pairs differ in them
+    differ = [d for d in ("model", *MODE, "dp", "tp", "partition") if len({repr(dim(r, d)) for r in fig_.runs}) > 1]
+    labels = [f"{k[0]} N={k[1]} M={k[2]} B={k[3]} {label(off[k], differ)}".strip() for k in pairs]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 0.45 * len(pairs) + 2.2))
     y = range(len(pairs))
     for ax, unit, value in ((a1, "peak activation MiB (largest rank)", lambda r: max(_peaks(r)) / 2**20),
@@ -93,7 +95,7 @@ def checkpointing_tradeoff(runs: list[Run], out: Path) -> Figure:
         ax.set_yticks(list(y), labels if ax is a1 else [""] * len(pairs))
         ax.invert_yaxis()
     a1.legend(fontsize=7)
-    fig_.path = save(fig, out / "checkpointing.png", "Checkpointing: memory saved against step time lost", fig_.runs)
+    fig_.path = save(fig, out / "checkpointing.png", fig_.title, fig_.runs)
     return fig_
 
 
@@ -150,7 +152,8 @@ def memory_breakdown(runs: list[Run], out: Path) -> Figure:
         if (budget := r.metrics.memory.budget) is not None:
             ax.axhline(budget.bytes / 2**20, color="red", lw=1.2, label="budget")
         ax.set_xticks(list(ranks), [f"r{g}" for g in ranks], fontsize=7)
-        ax.set_title(f"{c.schedule.name} pp={c.pp} dp={c.dp} M={c.microbatches}\n"
+        ax.set_title(f"{c.schedule.name} pp={c.pp} dp={c.dp}{f' tp={c.tp}' if c.tp > 1 else ''} M={c.microbatches} "
+                     f"B={c.microbatch_size} {dim(r, 'model')}\n"
                      f"{c.optimizer.name} {c.dtype} zero={c.zero} ckpt={'on' if c.checkpointing else 'off'}",
                      fontsize=8)
     for row in axes:
@@ -167,16 +170,18 @@ def _pareto(points: list[tuple[float, float]]) -> list[int]:
 
 
 def memory_vs_throughput(runs: list[Run], out: Path) -> Figure:
-    """One point per run: its fullest rank's peak bytes against its throughput; the Pareto
-    front (no run has both less memory and more throughput) joined and labelled, one front
-    per way the times were made (compute, device, executor): a real run's speed and an
-    emulated run's are not on one scale."""
+    """One point per run: its fullest rank's peak bytes against its throughput; a Pareto front
+    (no run has both less memory and more throughput) per group of comparable runs (model, B,
+    how the times were made, tp: runs.COMPARABLE), each group its own colour and label: a
+    front never joins runs of different models or batch shapes, nor a real run's speed and an
+    emulated one's."""
     runs = [r for r in ok(runs) if _breakdown(r)[1]]
     fig_ = Figure("Memory against throughput",
                   "Each run at (peak bytes of its fullest rank, samples per second); measured peak where the run "
-                  "metered it, else theory (hollow). The line joins the Pareto front: the runs no other beats on "
-                  "both memory and speed, labelled with schedule, M, checkpointing and ZeRO. Runs whose times were "
-                  "made differently (compute mode, device, executor) get their own colour and front.", runs)
+                  "metered it, else theory (hollow). One colour per group of comparable runs (same model, microbatch "
+                  "size B, compute mode, device, executor and tp), named in the legend; its line joins the group's "
+                  "Pareto front: the runs no other of the group beats on both memory and speed, labelled with "
+                  "schedule, pp, M, checkpointing and ZeRO.", runs)
     if len(runs) < 2:
         fig_.missing.append("fewer than two runs with a memory breakdown")
         fig_.runs = []
@@ -188,28 +193,32 @@ def memory_vs_throughput(runs: list[Run], out: Path) -> Figure:
             return max(m["peak"] for m in measured) / 2**20, True
         return max(t["peak"] for t in theory) / 2**20, False
 
-    fig, ax = plt.subplots(figsize=(7, 4.6))
-    groups = by_mode(runs)
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(comparable(r), []).append(r)
+    differ = [d for d in COMPARABLE if len({repr(dim(r, d)) for r in runs}) > 1]
+    fig, ax = plt.subplots(figsize=(8, 5.2))
     all_t = [r.metrics.throughput_samples_s for r in runs]
-    for (how, mine), color in zip(sorted(groups.items()), ("#4c72b0", "#c44e52", "#55a868", "#8172b2", "#937860")):
+    for i, (_, mine) in enumerate(sorted(groups.items())):
+        color = plt.cm.tab10(i % 10)
         points = [(peak(r)[0], r.metrics.throughput_samples_s) for r in mine]
-        front = sorted(_pareto(points), key=lambda i: points[i][0])
+        front = sorted(_pareto(points), key=lambda j: points[j][0])
         for r, (m, t) in zip(mine, points):
             ax.plot(m, t, "o", color=color, mfc=color if peak(r)[1] else "none", ms=6)
-        ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "-", color=color, lw=1.2,
-                label=f"Pareto front, {how}" if len(groups) > 1 else "Pareto front")
-        for i in front:
-            c = mine[i].cfg
-            ax.annotate(f"{c.schedule.name} M={c.microbatches} ckpt={'on' if c.checkpointing else 'off'} zero={c.zero}",
-                        points[i], fontsize=6, xytext=(4, 4), textcoords="offset points")
+        ax.plot([points[j][0] for j in front], [points[j][1] for j in front], "-", color=color, lw=1.2,
+                label=label(mine[0], differ) or "Pareto front")
+        for j in front:
+            c = mine[j].cfg
+            ax.annotate(f"{c.schedule.name} pp={c.pp} M={c.microbatches} ckpt={'on' if c.checkpointing else 'off'} "
+                        f"zero={c.zero}", points[j], fontsize=6, xytext=(4, 4), textcoords="offset points")
     ax.set(xlabel="peak memory of the fullest rank (MiB)", ylabel="throughput (samples/s)")
     ax.set_xlim(left=0)
-    if len(groups) > 1:  # scales apart: a log axis keeps each group's spread visible
+    if len(by_mode(runs)) > 1:  # scales apart: a log axis keeps each group's spread visible
         ax.set_yscale("log")
     else:
         lo, hi = min(all_t), max(all_t)
         ax.set_ylim(lo - 0.15 * (hi - lo or hi), hi + 0.15 * (hi - lo or hi))  # the spread, not the axis to 0
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, title="Pareto front of" if differ else None, title_fontsize=6)
     fig_.path = save(fig, out / "memory_vs_throughput.png", fig_.title, runs)
     return fig_

@@ -22,6 +22,7 @@ class Run:
     """One reported record: the Result as read (older versions upgraded) and its job directory."""
     result: Result
     dir: str  # the job directory, relative to the sweep
+    sweep: Path | None = None  # the sweep directory, where a figure reads a job's trace.json; None: made up
 
     @property
     def cfg(self) -> Config:
@@ -71,6 +72,12 @@ def ok(runs: Iterable[Run]) -> list[Run]:
     return [r for r in runs if r.status == "ok"]
 
 
+def by_device(r: Run) -> bool:
+    """Whether a device made its times (Result.measurement == "measured"): the only runs whose
+    TFLOP/s and MFU the report shows (an emulated run's times were set, a simulated one's modeled)."""
+    return r.measurement == "measured"
+
+
 def schedule_label(c: Config) -> str:
     """The schedule as its entry names it (a generated one with the key that says which), and its v."""
     name = c.schedule.name
@@ -93,6 +100,8 @@ DIMS: dict[str, Callable[[Config], object]] = {
     "schedule": schedule_label,
     "pp": lambda c: c.pp,
     "dp": lambda c: c.dp,
+    "tp": lambda c: c.tp,
+    "sequence_parallel": lambda c: bool(c.sequence_parallel),
     "M": lambda c: c.microbatches,
     "B": lambda c: c.microbatch_size,
     "partition": lambda c: c.partition.name,
@@ -108,6 +117,9 @@ SCENARIO = ("model", "profile", "compute")  # what a partition comparison holds 
 
 
 MODE = ("compute", "device", "executor")  # how the times were made: a figure never joins runs that differ here
+# What makes two runs comparable at all: a line, front or bar group holds runs alike in these
+# (besides its own axis), and its label names them
+COMPARABLE = ("model", "B", *MODE, "tp")
 
 
 def dim(run: Run, name: str) -> object:
@@ -135,6 +147,11 @@ def varying(runs: list[Run]) -> list[str]:
 
 def label(run: Run, dims: Iterable[str]) -> str:
     return " ".join(str(dim(run, d)) if d == "schedule" else f"{d}={dim(run, d)}" for d in dims)
+
+
+def comparable(run: Run) -> tuple:
+    """The run's COMPARABLE dimensions: runs with equal keys may share a line or a front."""
+    return tuple(repr(dim(run, d)) for d in COMPARABLE)
 
 
 def series(runs: list[Run], x: str, always: tuple[str, ...] = ()) -> dict[str, list[Run]]:
@@ -176,4 +193,4 @@ def setting(r: Run) -> tuple:
     """What else sets a bubble besides schedule, N and M: runs differing in these are not
     points of one curve."""
     c = r.cfg
-    return (mode(r), c.partition.name, c.profile, c.dp, c.checkpointing, c.model.name, c.microbatch_size)
+    return (mode(r), c.partition.name, c.profile, c.dp, c.tp, c.checkpointing, c.model.name, c.microbatch_size)

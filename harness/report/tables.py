@@ -12,9 +12,10 @@ from harness.report.doc import Block, Table, Text
 from harness.records.atomic import write_atomic
 from harness.records.record import RESULT
 from harness.report.load import Sweep, status_of
-from harness.report.runs import Run, dim, run_id, schedule_label
+from harness.report.runs import Run, by_device, dim, run_id, schedule_label
 
-COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "microbatches", "microbatch_size", "model",
+COLUMNS = ["run", "status", "schedule", "virtual_stages", "pp", "dp", "tp", "sequence_parallel", "microbatches",
+           "microbatch_size", "model",
            "partition", "layers_per_stage", "compute", "executor", "device", "checkpointing", "step_time_s",
            "step_time_lo_s", "step_time_hi_s", "throughput_samples_s", "tflops_per_device", "mfu", "hfu", "bubble_theory", "bubble_simulated",
            "bubble_measured", "bubble_lo", "bubble_hi", "bubble_overlapped", "peak_activation_bytes_max", "stage_time_max_s", "measured_imbalance", "recompute_s", "final_loss", "error"]
@@ -25,9 +26,11 @@ def row(run: Run) -> dict:
     b, f, ci = (m.bubble, m.flops, m.intervals) if m is not None else (None, None, None)
     stages, peaks = (m.stage_time_s, m.memory.peak_activation_bytes_per_rank) if m is not None else (None, None)
     step_ci, bubble_ci = (ci.step_time_s, ci.bubble) if ci is not None else ([None, None], [None, None])
+    f = f if by_device(run) else None  # emulated or simulated: the time was set or modeled, no device's rate
     return {
         "run": run.dir, "status": run.status, "schedule": schedule_label(c),
-        "virtual_stages": c.virtual_stages, "pp": c.pp, "dp": c.dp,
+        "virtual_stages": c.virtual_stages, "pp": c.pp, "dp": c.dp, "tp": c.tp,
+        "sequence_parallel": c.sequence_parallel,
         "microbatches": c.microbatches, "microbatch_size": c.microbatch_size, "model": dim(run, "model"),
         "partition": dim(run, "partition"), "layers_per_stage": run.partition.get("layers_per_stage"),
         "compute": c.compute, "executor": c.executor, "device": dim(run, "device"), "checkpointing": c.checkpointing,
@@ -62,9 +65,11 @@ def write_csv(sweep: Sweep, path: Path) -> None:
     write_atomic(path, write)  # never through a link planted at runs.csv (harness/records/atomic.py)
 
 
-SUMMARY = ["#", "status", "schedule", "pp", "dp", "M", "B", "partition", "compute", "ckpt", "step ms", "interval", "samples/s",
-           "TFLOP/s/dev", "MFU", "bubble theory", "simulated", "measured", "overlapped", "peak act. MiB",
-           "other overrides"]
+# The summary in two tables of one row per run (what ran; what was measured), each narrow enough
+# for a 1,280 px page (harness/report/html.py wraps the cells): one table of both overflowed it
+WHAT_RAN = ["#", "status", "schedule", "pp", "tp", "dp", "M", "B", "partition", "compute", "ckpt", "other overrides"]
+MEASURED = ["#", "step ms", "interval", "samples/s", "TFLOP/s/dev", "MFU", "bubble theory", "simulated", "measured",
+            "overlapped", "peak act. MiB"]
 
 
 def overrides(run: Run) -> list[str]:
@@ -76,21 +81,25 @@ def overrides(run: Run) -> list[str]:
 
 
 def summary(runs: list[Run]) -> list[Block]:
-    """The table of every run, its overrides shortened to those not shared by every run."""
+    """The tables of every run, its overrides shortened to those not shared by every run. TFLOP/s
+    and MFU only where a device made the times (runs.by_device): `n/a` elsewhere."""
     shared = set.intersection(*(set(overrides(r)) for r in runs)) if runs else set()
-    rows = []
+    ran, measured = [], []
     for run in sorted(runs, key=_order):
         r = row(run)
-        rows.append([run_id(run), r["status"], schedule_label(run.cfg), r["pp"], r["dp"], r["microbatches"],
-                     r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
-                     _scaled(r["step_time_s"], 1e3), _interval(run, r),
-                     r["throughput_samples_s"], r["tflops_per_device"],
-                     "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble_theory"],
-                     r["bubble_simulated"], r["bubble_measured"], r["bubble_overlapped"],
-                     _scaled(r["peak_activation_bytes_max"], 2**-20),
-                     ",".join(o for o in overrides(run) if o not in shared)])
-    text = f"Overrides every run shares: `{','.join(o for o in overrides(runs[0]) if o in shared)}`." if shared else ""
-    return ([Text(text)] if text else []) + [Table(SUMMARY, rows)]
+        tp = f"{r['tp']} sp" if r["sequence_parallel"] else r["tp"]
+        ran.append([run_id(run), r["status"], schedule_label(run.cfg), r["pp"], tp, r["dp"], r["microbatches"],
+                    r["microbatch_size"], r["partition"], r["compute"], "on" if r["checkpointing"] else "off",
+                    ", ".join(o for o in overrides(run) if o not in shared)])
+        measured.append([run_id(run), _scaled(r["step_time_s"], 1e3), _interval(run, r),
+                         r["throughput_samples_s"], "n/a" if r["tflops_per_device"] is None else r["tflops_per_device"],
+                         "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble_theory"], r["bubble_simulated"],
+                         r["bubble_measured"], r["bubble_overlapped"], _scaled(r["peak_activation_bytes_max"], 2**-20)])
+    text = f"Overrides every run shares: `{', '.join(o for o in overrides(runs[0]) if o in shared)}`." if shared else ""
+    return ([Text(text)] if text else []) + [
+        Table(WHAT_RAN, ran), Text("What each run measured (TFLOP/s and MFU: n/a where compute was emulated or "
+                                   "simulated, whose times were set or modeled, not a device's; MFU also where the "
+                                   "device's peak is unknown):"), Table(MEASURED, measured)]
 
 
 def _interval(run: Run, r: dict) -> str:

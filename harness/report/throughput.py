@@ -9,11 +9,12 @@ import matplotlib.pyplot as plt
 
 from harness.measure.intervals import interval
 from harness.report.figures import Figure, log2_x, save, say
+from harness.report.modelled import sync_against_model, throughput_against_model
 from harness.report.noise import bars_note
-from harness.report.runs import Run, dim, mode, ok, run_ids, series, varying
+from harness.report.runs import COMPARABLE, Run, dim, label, mode, ok, run_ids, series, varying
 
 
-def _line(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
+def trend(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=None, **kw) -> None:
     """Every run as a point (with `spread(r)` as its error bar), the line through the mean at
     each x (repeats of a point stay visible) and, where an x has repeats, a bootstrap interval of
     their mean as a band."""
@@ -29,15 +30,15 @@ def _line(ax, runs: list[Run], x: str, y, label: str, style: str = "-", spread=N
         ax.errorbar(dim(r, x), y(r), yerr=err, fmt="o", ms=4, color=color, capsize=2 if err else 0)
 
 
-def _samples_s(r: Run) -> float:
+def samples_s(r: Run) -> float:
     return r.metrics.throughput_samples_s
 
 
-def _samples_spread(r: Run) -> list[list[float]] | None:
+def samples_spread(r: Run) -> list[list[float]] | None:
     """Throughput's error bar: its interval over the run's steps (records before intervals:
     from the interquartile range of its step times)."""
     m = r.metrics
-    y = _samples_s(r)
+    y = samples_s(r)
     if m.intervals is not None and (ci := m.intervals.throughput_samples_s):
         return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
     if not m.step_time_iqr_s:
@@ -71,7 +72,10 @@ def _against(ax, runs: list[Run], x: str, name: str) -> list[Run]:
         say(ax, f"no runs that differ in {name} alone")
         return []
     for lbl, mine in series(runs, x).items():
-        _line(ax, mine, x, _samples_s, lbl, spread=_samples_spread)
+        trend(ax, mine, x, samples_s, lbl, spread=samples_spread)
+    # what every line of the panel shares (the legend names only what sets lines apart)
+    ax.set_title(label(runs[0], [d for d in COMPARABLE if d != x and len({repr(dim(r, d)) for r in runs}) == 1]),
+                 fontsize=7)
     log2_x(ax, sorted({dim(r, x) for r in runs}))
     ax.set(xlabel=name, ylabel="throughput (samples/s)")
     ax.set_ylim(bottom=0)
@@ -116,7 +120,9 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
                   "for this study: at a fixed global batch each replica's microbatches shrink, and so does their "
                   "work, but not the fixed part of each op), measured bubble (middle) and the gradient sync (right: "
                   "measured dp_sync_s solid, ring all-reduce model dashed) against the data-parallel replicas dp, "
-                  "at fixed pipeline depth and microbatch count.", runs)
+                  "at fixed pipeline depth and microbatch count. Beside each sync point: measured / model; where the "
+                  "model falls outside the measured 95% interval, a line under this caption says by how much (the "
+                  "ring model prices latency and bandwidth only: README, Pipeline x data parallelism).", runs)
     if not any(dim(r, "dp") > 1 for r in runs):
         fig_.missing.append(f"no runs with dp > 1 (all {len(runs)} ok runs have dp=1): nothing to scale")
         fig_.runs = []
@@ -124,7 +130,7 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         c = r.cfg
-        groups.setdefault((c.schedule.name, c.pp, c.microbatches, mode(r), dim(r, "partition"), dim(r, "model"),
+        groups.setdefault((c.schedule.name, c.pp, c.microbatches, mode(r), dim(r, "model"), c.tp, dim(r, "partition"),
                            c.global_batch), []).append(r)
     scaling = {k: g for k, g in groups.items() if len({dim(r, "dp") for r in g}) > 1}
     if skipped := [r for k, g in groups.items() if k not in scaling for r in g]:
@@ -133,19 +139,26 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
     if not runs:
         return fig_
     fig, (left, right, sync) = plt.subplots(1, 3, figsize=(15, 4.2))
-    for (sched, pp, m, compute, *_), mine in scaling.items():
+    for (sched, pp, m, compute, model, tp, *_), mine in scaling.items():
         gb = mine[0].cfg.global_batch
-        lbl = f"{sched} pp={pp} M={m} {compute}" + (f", global batch {gb}" if gb else "")
-        _line(left, mine, "dp", _samples_s, lbl, spread=_samples_spread)
+        full = (f"{sched} pp={pp} M={m} {model}{f' tp={tp}' if tp > 1 else ''} {compute}"
+                + (f", global batch {gb}" if gb else ""))
+        lbl = full if len(scaling) > 1 else "measured"  # one line: its setting goes into the caption
+        if len(scaling) == 1:
+            fig_.caption += f" Every line: {full}."
+        trend(left, mine, "dp", samples_s, lbl, spread=samples_spread)
         if modeled := [r for r in mine if r.metrics.model_step_s]:
             dps = sorted({dim(r, "dp") for r in modeled})
             left.plot(dps, [fmean(_model_samples_s(r) for r in modeled if dim(r, "dp") == d) for d in dps], ":",
                       color=left.lines[-1].get_color(), lw=1)
-        _line(right, mine, "dp", lambda r: r.metrics.bubble.measured, lbl)
+        trend(right, mine, "dp", lambda r: r.metrics.bubble.measured, lbl)
         if synced := [r for r in mine if r.metrics.dp_sync_s is not None]:
-            _line(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
-            _line(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)", "--",
-                  color=sync.lines[-1].get_color())
+            trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_s * 1e3, lbl)
+            trend(sync, synced, "dp", lambda r: r.metrics.dp_sync_theory_s * 1e3, f"{lbl} (model)" if len(scaling) > 1
+                  else "ring all-reduce model", "--", color=sync.lines[-1].get_color())
+            fig_.notes += sync_against_model(sync, synced, full)
+        fig_.notes += [n for d in sorted({dim(r, "dp") for r in modeled}) if (n := throughput_against_model(
+            [r for r in modeled if dim(r, "dp") == d], _model_samples_s, f"{full}, dp={d}: throughput"))]
     for ax, ylabel in ((left, "throughput (samples/s)"), (right, "bubble, measured"), (sync, "gradient sync (ms)")):
         ax.set(xlabel="data-parallel replicas dp", ylabel=ylabel)
         log2_x(ax, [dim(r, "dp") for r in runs])
@@ -154,4 +167,5 @@ def dp_scaling(runs: list[Run], out: Path) -> Figure:
         if ax.get_legend_handles_labels()[0]:  # the sync panel is empty when no run synced
             ax.legend(fontsize=6)
     fig_.path = save(fig, out / "dp_scaling.png", fig_.title, runs)
+    fig_.notes = [f"Modelled against measured: {n}" for n in fig_.notes]
     return fig_
