@@ -456,9 +456,10 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
                acts: list[StageActivations]) -> list[RankBytes]:
     """[replica] the bytes of pipeline rank `prank` (replicas differ only in their ZeRO shard)."""
     r = layout.replays[prank]
-    tensors = [n for s in r.stages for n in mem.tensors(*layout.stage_layers[s])]  # tp > 1: the local shards
+    per_stage = {s: mem.tensors(*layout.stage_layers[s]) for s in r.stages}  # tp > 1: the local shards
+    tensors = [n for s in r.stages for n in per_stage[s]]
     params = mem.itemsize * sum(tensors)
-    grads = [mem.itemsize * sum(mem.tensors(a, e)) for a, e in layout.stage_layers]
+    grads = {s: mem.itemsize * sum(t) for s, t in per_stage.items()}  # this rank's stages only
     kept = [acts[s].kept for s in r.stages] + [acts[s].deferred for s in r.stages]
     held = max(sum(n * k for n, k in zip(h, kept)) for h in r.helds)
     live = 0
