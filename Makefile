@@ -90,7 +90,7 @@ profile: venv ## Measure the balance study's CPU profile into OUT (runs/profile/
 	@mkdir -p $(dir $(OUT))
 	$(PY) -m harness.profile +scenario=cpu_real --microbatch-sizes 1 4 8 --out $(OUT)
 
-test: venv ## Unit, grids, multi-process (gloo), in-process sweeps and reports: all but `slow` (3.3 min on the 2-core VM of 2026-12-04 at load 3, others' jobs beside it; tests/README.md)
+test: venv ## Unit, grids, multi-process (gloo), in-process sweeps and reports: all but `slow` (2.7 min on the quiet 2-core VM of 2026-12-04; tests/README.md)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-fast: venv ## Pure unit tests only (seconds): no processes, grids, sweeps or benchmarks
