@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Iterator
 
 SLOWER = 0.25  # a median this much slower than the same machine's baseline fails
 
@@ -101,19 +102,20 @@ def fingerprint() -> dict[str, object]:
             "host_sha256": hashlib.sha256(socket.gethostname().encode()).hexdigest()[:16], "torch": torch}
 
 
-def _matches(goal: Goal, name: str) -> bool:
-    return name == goal.benchmark or name.startswith(goal.benchmark + "[")
+def _figures(run: dict, benchmark: str, figure: str) -> Iterator[tuple[str, object]]:
+    """(name, extra_info[figure]) of each benchmark of `run` that is `benchmark` or one of its
+    parameters ("name[...]")."""
+    for b in run.get("benchmarks", []):
+        if b["name"] == benchmark or b["name"].startswith(benchmark + "["):
+            yield b["name"], b.get("extra_info", {}).get(figure)
 
 
 def judge_goals(run: dict) -> tuple[list[str], list[str]]:
     """(lines, failures) for every goal whose benchmark is in `run`."""
     lines, failures = [], []
     for goal in GOALS:
-        for b in run.get("benchmarks", []):
-            if not _matches(goal, b["name"]):
-                continue
-            value = b.get("extra_info", {}).get(goal.figure)
-            what = f"{b['name']} {goal.figure} {goal.op} {goal.limit:g}"
+        for name, value in _figures(run, goal.benchmark, goal.figure):
+            what = f"{name} {goal.figure} {goal.op} {goal.limit:g}"
             if not isinstance(value, (int, float)):
                 lines.append(f"  {what}: no figure")
                 failures.append(f"{what}: no figure")
@@ -133,11 +135,8 @@ def judge_stated(run: dict) -> tuple[list[str], list[str]]:
     """(lines, failures) for every stated figure whose benchmark is in `run`."""
     lines, failures = [], []
     for st in STATED:
-        for b in run.get("benchmarks", []):
-            if not _matches(Goal(st.benchmark, st.figure, "<", 0.0), b["name"]):
-                continue
-            value = b.get("extra_info", {}).get(st.figure)
-            what = f"{b['name']} {st.figure} stated {st.value:g} +-{st.within:.0%}"
+        for name, value in _figures(run, st.benchmark, st.figure):
+            what = f"{name} {st.figure} stated {st.value:g} +-{st.within:.0%}"
             if not isinstance(value, (int, float)):
                 lines.append(f"  {what}: no figure")
                 failures.append(f"{what}: no figure")
