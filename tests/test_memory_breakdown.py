@@ -8,6 +8,7 @@ from harness.config import ConfigError
 from harness.job import run_job
 from harness.planning.plan import make_plan
 from harness.measure.reference import reference_losses
+from tests.test_tp_memory import GPT as SMALL_GPT, assert_memory_is_theory
 
 GPT = {"model.name": "gpt", "model.layers": 2, "model.hidden": 32, "model.heads": 2, "model.seq": 16,
        "model.vocab": 64}
@@ -37,6 +38,20 @@ def test_measured_equals_theory_for_every_component_on_every_rank(tmp_path, conf
     for g, (measured, theory) in enumerate(zip(mem.measured_per_rank, mem.theory_per_rank)):
         for key in KEYS:
             assert measured[key] == pytest.approx(theory[key], rel=0.05, abs=64), (g, key, measured, theory)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("case", [
+    # a V's last stage: its Is write the norms' and embeddings' gradients, its first W its split
+    # linears' (the peak falls between them)
+    dict(microbatches=2, microbatch_size=2, **{"schedule.name": "zbv"}),
+    # each I's recompute lives beside what is held at that I, not at the rank's peak elsewhere
+    dict(microbatches=4, checkpointing=True, **{"schedule.name": "zb_h1"}),
+], ids=["zbv", "zb_h1-ckpt"])
+def test_split_backward_peaks_are_their_theory_to_the_byte(tmp_path, config, case):
+    result = run_job(config(pp=2, steps=1, **SMALL_GPT, **case), tmp_path, "test", "zb")
+    assert result.status == "ok", result.error
+    assert_memory_is_theory(result)
 
 
 @pytest.mark.dist
