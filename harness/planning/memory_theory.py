@@ -171,7 +171,9 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
                 held[compat.storage_id(t)] = t.untyped_storage().nbytes()
 
         stage = CheckpointedStage(layers, k.every, count, lambda key, fn: fn) if checkpointing else layers
-        _, targets = model.batch(0, 0, B)
+        # a copy, as the runtime's loader gives (at B=1 the model's contiguous() targets may be a view
+        # of its [B, seq + 1] ids, whose storage the loss would save: 8 bytes more)
+        targets = model.batch(0, 0, B)[1].clone()
         with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(None, t), t)[1], lambda t: t):
             y = stage(x, key=None) if checkpointing else stage(x)
             if last:  # the runtime keeps loss / M, a scalar of its own (the loss is a view of its reduction's buffer)
