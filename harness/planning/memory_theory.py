@@ -21,8 +21,9 @@ Sources, per component (bytes per parameter in brackets):
   microbatch between its I and its W holds only what its deferred W keeps (each split
   linear's input and output gradient, traced by running the layer's F and I);
 - peak: parameters + optimizer state + the largest sum, over the rank's actions in order, of
-  activations held and gradients live (they appear at the stage's first backward), plus with
-  checkpointing one segment's recompute during a backward.
+  activations held and gradients live (they appear at the stage's first backward; split, its
+  split linears' at its first W), plus with checkpointing the stage's largest segment's
+  recompute during each of its backwards (B or I).
 
 A stage's activations are composed from its layers (LayerMemory): each distinct layer (its
 kind, structure and sizes, first or last) is traced once per microbatch size, running one
@@ -73,6 +74,9 @@ class StageActivations:
     kept: int  # bytes one (stage, microbatch) holds from its F to its backward (to its I when split)
     recompute: int  # checkpointing: the largest segment's saved bytes, live during its backward
     deferred: int = 0  # split backward: what its deferred W keeps from its I to its W
+    # split backward: the gradient bytes only its W writes (its split linears' weights and biases;
+    # the I writes the other parameters'): absent until the stage's first W
+    deferred_grads: int = 0
 
 
 # -- tracing ----------------------------------------------------------------------------------------
@@ -167,7 +171,9 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
                 held[compat.storage_id(t)] = t.untyped_storage().nbytes()
 
         stage = CheckpointedStage(layers, k.every, count, lambda key, fn: fn) if checkpointing else layers
-        _, targets = model.batch(0, 0, B)
+        # a copy, as the runtime's loader gives (at B=1 the model's contiguous() targets may be a view
+        # of its [B, seq + 1] ids, whose storage the loss would save: 8 bytes more)
+        targets = model.batch(0, 0, B)[1].clone()
         with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(None, t), t)[1], lambda t: t):
             y = stage(x, key=None) if checkpointing else stage(x)
             if last:  # the runtime keeps loss / M, a scalar of its own (the loss is a view of its reduction's buffer)
@@ -179,8 +185,9 @@ def _trace(built: BuiltModel, a: int, b: int, first: bool, last: bool, k: _Key, 
 
 
 def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str, tp: int = 1,
-                    sequence_parallel: bool = False, stage: tuple[int, int] = (0, 0)) -> int:
-    """Bytes layer i's deferred weight gradient keeps from its I to its W, for one microbatch:
+                    sequence_parallel: bool = False, stage: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """Bytes layer i's deferred weight gradient keeps from its I to its W, for one microbatch,
+    and the bytes of the gradients its W writes (the parameters the I left without .grad):
     what the runtime's store holds (harness/model/split_linear.py: each split linear's input
     and output gradient, each storage once), traced by running the layer's F and I as the
     runtime does, with real tensors where _trace would use them, else fakes. tp > 1: layer i
@@ -213,12 +220,15 @@ def _trace_deferred(built: BuiltModel, i: int, dtype: str, b: int, device: str, 
             if last:
                 y = model.loss(y.float(), model.batch(0, 0, b)[1])
             if not y.requires_grad:  # nothing here has a gradient (no parameters, no input gradient)
-                return 0
+                return 0, 0
             torch.autograd.backward(y, grad_tensors=None if last else torch.ones_like(y))
         kept = [local(t) for t in store.holding("mb")]
         held = {compat.storage_id(t): t.untyped_storage().nbytes() for t in kept
                 if isinstance(t, torch.Tensor) and t.numel() and compat.storage_id(t) not in params}
-    return sum(held.values())
+        # each .grad is its parameter's size (tp > 1: its local shard's), each storage once
+        later = {compat.storage_id(local(p)): local(p).untyped_storage().nbytes() for p in layers.parameters()
+                 if p.requires_grad and p.grad is None and p.numel()}
+    return sum(held.values()), sum(later.values())
 
 
 # -- a stage's bytes, composed per layer ------------------------------------------------------------
@@ -244,7 +254,7 @@ class LayerMemory:
         self._singletons = [(i, i + 1) for i in range(self.L)]
         self._layers: dict[tuple, StageActivations] = {}  # (signature, B, checkpointed) -> traced bytes
         self._pairs: dict[tuple, int] = {}  # (signature of i - 1, of i, B) -> shared bytes
-        self._deferred: dict[tuple, int] = {}  # (signature, B) -> what its deferred W keeps
+        self._deferred: dict[tuple, tuple[int, int]] = {}  # (signature, B) -> (what its W keeps, grads it writes)
 
     def signature(self, i: int) -> tuple:
         """What a layer's bytes depend on: its kind, structure and sizes, and whether it is the
@@ -306,18 +316,23 @@ class LayerMemory:
         held = (self.layer(i, b, True).recompute if recompute else self.layer(i, b).kept for i in range(a, e))
         return sum(held) - sum(self.shared(i, b) for i in range(a + 1, e))
 
+    def _deferred_layer(self, i: int, a: int, e: int, b: int) -> tuple[int, int]:
+        """Layer i of stage [a, e) at b: what its deferred W keeps, and the gradient bytes it writes."""
+        key = (self.signature(i), b) if self.tp == 1 else (i, a, e, b)  # tp > 1: split as its stage splits it
+        if key not in self._deferred:
+            self._deferred[key] = _trace_deferred(self.model, i, self.dtype, b, self.device, self.tp,
+                                                  self.sequence_parallel, (a, e))
+        return self._deferred[key]
+
     def deferred(self, a: int, e: int, b: int) -> int:
         """What one microbatch's deferred W keeps for layers [a, e): the sum of the layers' (each
         holds its own split linears' inputs and output gradients; no storage is shared across a
         boundary), with or without checkpointing (an I recomputes what its W will need)."""
-        total = 0
-        for i in range(a, e):
-            key = (self.signature(i), b) if self.tp == 1 else (i, a, e, b)  # tp > 1: split as its stage splits it
-            if key not in self._deferred:
-                self._deferred[key] = _trace_deferred(self.model, i, self.dtype, b, self.device, self.tp,
-                                                      self.sequence_parallel, (a, e))
-            total += self._deferred[key]
-        return total
+        return sum(self._deferred_layer(i, a, e, b)[0] for i in range(a, e))
+
+    def deferred_grads(self, a: int, e: int, b: int) -> int:
+        """The gradient bytes of layers [a, e) that only a W writes (its split linears')."""
+        return sum(self._deferred_layer(i, a, e, b)[1] for i in range(a, e))
 
     def stage(self, a: int, e: int, b: int, checkpointing: bool, every: int = 0, split: bool = False
               ) -> StageActivations:
@@ -326,7 +341,7 @@ class LayerMemory:
         a `split` backward what its deferred W keeps from the I on."""
         if split:
             whole = self.stage(a, e, b, checkpointing, every)
-            return StageActivations(whole.kept, whole.recompute, self.deferred(a, e, b))
+            return StageActivations(whole.kept, whole.recompute, self.deferred(a, e, b), self.deferred_grads(a, e, b))
         if self.tp > 1:  # traced whole: its layers' splits depend on the stage
             return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, every,
                                self.device, self.tp, self.sequence_parallel)
@@ -354,7 +369,8 @@ def layer_memory(model: BuiltModel, dtype: str, device: str, tp: int = 1, sequen
 @dataclass(frozen=True)
 class Replay:
     """A rank's actions replayed in counts: its stages, the held-count vectors it passes
-    through, and the live states (held counts, live-gradient mask, recompute stage or -1),
+    through, and the live states (held counts, live-gradient mask: bit j the gradients stage j's
+    B or I writes, bit S + j those only its W writes; recompute stage or -1),
     each pruned to the states no other dominates (bytes per stage are never negative, so a
     dominated state is never the peak)."""
     stages: tuple[int, ...]
@@ -366,8 +382,10 @@ class Replay:
 def replay(actions: list[Action]) -> Replay:
     """A (stage, microbatch) is held whole from its F to its B or I, and from an I to its W
     in what the deferred weight gradient keeps (the held vector: whole counts per stage, then
-    deferred counts per stage); a stage's gradients are live from its first backward on; a
-    checkpointed segment's recompute is live during a backward."""
+    deferred counts per stage); a stage's gradients are live from its first B on, or split:
+    from its first I those of the parameters outside its split linears, from its first W the
+    split linears' (their .grad is first written by the W: torch holds nothing for them before);
+    a checkpointed segment's recompute is live during a backward (B or I: the W recomputes nothing)."""
     stages = tuple(sorted({a.stage for a in actions}))
     pos = {s: j for j, s in enumerate(stages)}
     S = len(stages)
@@ -382,9 +400,10 @@ def replay(actions: list[Action]) -> Replay:
             held[j] += 1
         elif kind is W:
             held[S + j] -= 1
+            mask |= 1 << (S + j)
         else:
             lives.add((tuple(held), mask, j))
-            mask |= 1 << j
+            mask |= (1 << j) if kind is I else (1 << j) | (1 << (S + j))
             held[j] -= 1
             if kind is I:
                 held[S + j] += 1
@@ -462,9 +481,11 @@ def rank_bytes(mem: LayerMemory, c: Config, layout: Layout, prank: int,
     grads = {s: mem.itemsize * sum(t) for s, t in per_stage.items()}  # this rank's stages only
     kept = [acts[s].kept for s in r.stages] + [acts[s].deferred for s in r.stages]
     held = max(sum(n * k for n, k in zip(h, kept)) for h in r.helds)
+    # [mask bit] gradient bytes: what a stage's B or I writes, then what only its W writes
+    parts = [grads[s] - acts[s].deferred_grads for s in r.stages] + [acts[s].deferred_grads for s in r.stages]
     live = 0
     for h, mask, rc in r.lives:
-        x = sum(n * k for n, k in zip(h, kept)) + sum(grads[s] for j, s in enumerate(r.stages) if mask >> j & 1)
+        x = sum(n * k for n, k in zip(h, kept)) + sum(g for j, g in enumerate(parts) if mask >> j & 1)
         if rc >= 0:
             x += acts[r.stages[rc]].recompute
         live = max(live, x)

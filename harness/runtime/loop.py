@@ -56,8 +56,7 @@ class StepMemory:
     samples: list[tuple[int, int]]  # (ns, live bytes)
     peak: int
     microbatch_bytes: list[int]  # bytes one (stage, microbatch) held at the end of its F
-    peak_with_grads: int = 0  # the largest activations + gradients live at once in the step
-    recompute: int = 0  # checkpointing: one segment's recompute, accounted from the model's graph
+    peak_with_grads: int = 0  # the largest activations + gradients (+ a backward's recompute) live at once
 
 
 class Runner(Protocol):
@@ -186,7 +185,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
                     peaks.append(mem.peak)
                     mb_bytes += mem.microbatch_bytes
                     held["activations"] = max(held["activations"] or 0, mem.peak)
-                    held["peak"] = max(held["peak"] or 0, held["params"] + state + mem.peak_with_grads + mem.recompute)
+                    held["peak"] = max(held["peak"] or 0, held["params"] + state + mem.peak_with_grads)
     finally:
         gc.enable()
         mark.close()

@@ -69,6 +69,11 @@ class MemoryMeter:
         self.live -= sum(self.held.pop(key, {}).values())
         self.samples.append((time.perf_counter_ns(), self.live))
 
+    def transient(self, nbytes: int) -> None:
+        """`nbytes` live for a moment on top of what is held and the gradients (a checkpointed
+        backward's recompute, which the meter cannot see: it runs inside torch.utils.checkpoint)."""
+        self.peak_with_grads = max(self.peak_with_grads, self.live + self.grads + nbytes)
+
     def set_grads(self, nbytes: int) -> None:
         self.grads = nbytes
         self.peak_with_grads = max(self.peak_with_grads, self.live + self.grads)

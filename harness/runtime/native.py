@@ -99,12 +99,13 @@ class NativeRunner:
         # the index of each stage's last gradient-making action (B, I or W) in the action list: where it syncs
         self.last_grad = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I, Kind.W)}
         self.microbatch_bytes: list[int] = []
-        # checkpointing: the largest segment's recompute, which runs inside torch.utils.checkpoint
+        # checkpointing: [stage] its largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
-        self.recompute = 0
+        # and counted during each of the stage's backwards (B or I), the only time it exists
+        self.recompute: dict[int, int] = {}
         if c.checkpointing:  # tp > 1: the stage as split on TP rank 0 (a fake group's, no communication)
             acts = stage_activations(plan.memory().at(c.tp, c.sequence_parallel), c, plan.stage_layers)
-            self.recompute = max(acts[s].recompute for s in self.layers)
+            self.recompute = {s: acts[s].recompute for s in self.layers}
 
     def parameters(self) -> list[torch.Tensor]:
         return [p for m in self.layers.values() for p in m.parameters()]
@@ -114,7 +115,7 @@ class NativeRunner:
 
     def step_memory(self) -> StepMemory:
         return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes),
-                          self.meter.peak_with_grads, self.recompute)
+                          self.meter.peak_with_grads)
 
     def _grads_now(self) -> None:
         """Tell the meter the gradient bytes now live (they appear with a stage's first backward)."""
@@ -181,6 +182,8 @@ class NativeRunner:
             for p in self.parameters():
                 p.grad = None
         x, output = st.pop(key)
+        if s in self.recompute:  # what it recomputes lives beside all held so far (this microbatch's too)
+            self.meter.transient(self.recompute[s])
         last = index == self.last_grad[s]
         syncing = (self.sync.backward(self.modules[s], output, last, h0, self.emulator.seconds(a))
                    if self.sync and s not in self.explicit else nullcontext())
