@@ -1,4 +1,4 @@
-"""The memory theory at tp > 1 (harness/planning/tp_trace.py): TP rank 0's bytes, held to what a
+"""The memory theory at tp > 1 (harness/planning/fake_tp.py): TP rank 0's bytes, held to what a
 run measures on TP rank 0 of each group, to the byte, with and without sequence parallelism
 and checkpointing; the planner's function taking tp and sequence_parallel; a memory budget at
 tp > 1. tests/test_tp_runs.py's whole runs check the same equality on their runs (zero-bubble

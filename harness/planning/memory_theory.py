@@ -51,7 +51,7 @@ from harness.config import DTYPE_BYTES, Config
 from harness.model.built import BuiltModel
 from harness.model.checkpoint import CheckpointedStage
 from harness.parallel.tensor import local
-from harness.planning.tp_trace import split_stage, stage_tensors
+from harness.planning.fake_tp import split_stage, stage_tensors
 from harness.runtime.precision import DTYPES
 from harness.schedules.ir import Action, Kind
 
@@ -89,7 +89,7 @@ def trace_stage(model: BuiltModel, a: int, b: int, first: bool, last: bool, dtyp
                 ) -> StageActivations:
     """What layers [a, b) hold for one microbatch's backward, as a stage: the primitive the
     composition is built from (cached: a sweep's jobs and the planner's points share it).
-    tp > 1: as TP rank 0 of the stage split by the model's tp_plan (harness/planning/tp_trace.py)."""
+    tp > 1: as TP rank 0 of the stage split by the model's tp_plan (harness/planning/fake_tp.py)."""
     return _trace_stage(_Key(model, a, b, first, last, dtype, microbatch_size, checkpointing, every, device, tp,
                              sequence_parallel, a, b))
 
@@ -239,7 +239,7 @@ class LayerMemory:
 
     tp > 1 (`at`): TP rank 0's bytes, per stage rather than per layer: a layer's split depends
     on its stage (model=mlp pairs a stage's layers from its first), so a stage's activations
-    are traced whole, as the run splits it (harness/planning/tp_trace.py), and its parameter
+    are traced whole, as the run splits it (harness/planning/fake_tp.py), and its parameter
     tensors are the split stage's local shards."""
 
     def __init__(self, model: BuiltModel, dtype: str, device: str, tp: int = 1, sequence_parallel: bool = False):
