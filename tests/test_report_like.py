@@ -215,9 +215,10 @@ def _trace(job: Path, sync_ms_per_step: dict[int, list[float]]) -> None:
 
 
 def test_a_model_outside_the_measured_interval_is_said_with_its_factor(tmp_path):
-    assert disagreement("sync", 0.0157, 0.015, 0.016, "over 3 steps", 0.00163, "ms", 1e3) == (
-        "sync: measured 15.7 ms (95% interval 15-16, over 3 steps) is 9.63x the model's 1.63 ms: outside the interval")
-    assert disagreement("sync", 0.0157, 0.001, 0.02, "over 3 steps", 0.00163, "ms", 1e3) is None
+    said = "75.0% interval, order statistics of the median, n=3 steps"
+    assert disagreement("sync", 0.0157, 0.015, 0.016, said, 0.00163, "ms", 1e3) == (
+        f"sync: measured 15.7 ms (interval 15-16: {said}) is 9.63x the model's 1.63 ms: outside the interval")
+    assert disagreement("sync", 0.0157, 0.001, 0.02, said, 0.00163, "ms", 1e3) is None
     runs = [fake(0, dp=1, warmup_steps=1), fake(1, dp=2, dp_sync=(0.0157, 0.00163), warmup_steps=1),
             fake(2, dp=4, dp_sync=(0.0160, 0.0150), warmup_steps=1)]
     # step 0 is warm-up (not measured); per measured step the longest rank's total, as metrics.dp_sync_s
@@ -228,7 +229,7 @@ def test_a_model_outside_the_measured_interval_is_said_with_its_factor(tmp_path)
     fig = dp_scaling(runs, tmp_path)
     sync = [n for n in fig.notes if "gradient sync" in n]
     assert len(sync) == 1 and "dp=2" in sync[0] and "9.63x the model's" in sync[0], fig.notes
-    assert "(95% interval 15.7-16, over 3 measured steps)" in sync[0]
+    assert "(interval 15.7-16: 75.0% interval, order statistics of the median, n=3 steps)" in sync[0]
     md = markdown(build.figure_section(fig))
     assert "Modelled against measured" in md and "9.63x" in md
     for r in runs:  # no trace to read: no interval, so no claim either way

@@ -1,15 +1,16 @@
 """Modelled against measured: where a figure draws a model beside the measurement of the same
-quantity, whether the model falls outside the measurement's 95% interval, and by how much. The
-interval is the measurement's own: over repeats where there are several, else over the run's
-measured steps (for the gradient sync, read back from its trace.json: the record keeps only the
-median)."""
+quantity, whether the model falls outside the measurement's interval, and by how much. The
+interval is the measurement's own, named with its method, coverage and n: over repeats where
+there are several (a bootstrap of their mean), else over the run's measured steps (the order
+statistics of their median, as the record's own intervals; for the gradient sync read back from
+its trace.json: the record keeps only the median)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from statistics import fmean
 
-from harness.measure.intervals import interval
+from harness.measure.intervals import LEVEL, ORDER_STATISTICS, describe, interval, median_interval
 from harness.records.record import TRACE
 from harness.records.safe_io import FileRefused
 from harness.report.gallery import read_trace_capped
@@ -35,28 +36,29 @@ def sync_per_step(r: Run) -> list[float] | None:
 
 
 def sync_interval(runs: list[Run]) -> tuple[float, float, float, str] | None:
-    """(value, lo, hi, what the 95% interval is over) of the measured gradient sync at one point:
-    over the repeats' values where there are several runs, else over the run's measured steps
-    (a bootstrap of their median, as the record's other intervals); None: no interval to be had."""
+    """(value, lo, hi, what the interval is) of the measured gradient sync at one point: over the
+    repeats' values where there are several runs, else over the run's measured steps (the order
+    statistics of their median, as the record's other intervals); None: no interval to be had."""
     values = [r.metrics.dp_sync_s for r in runs]
     if len(values) > 1:
         lo, hi = interval(values, fmean)
-        return fmean(values), lo, hi, f"over {len(values)} repeats"
+        return fmean(values), lo, hi, describe("percentile bootstrap of the mean (nominal: few repeats cover less)", LEVEL, len(values), "repeats")
     if (steps := sync_per_step(runs[0])) is None:
         return None
-    lo, hi = interval(steps)
-    return values[0], lo, hi, f"over {len(steps)} measured steps"
+    lo, hi, cover = median_interval(steps)
+    return values[0], lo, hi, describe(ORDER_STATISTICS, cover, len(steps))
 
 
 def disagreement(what: str, measured: float, lo: float, hi: float, over: str, model: float, unit: str,
                  scale: float = 1.0) -> str | None:
-    """One line where the model falls outside the measurement's 95% interval: by how much, and on
-    which side; None where it falls inside (model and measurement agree as far as they can tell)."""
+    """One line where the model falls outside the measurement's interval (`over` says which: its
+    coverage, method and n): by how much, and on which side; None where it falls inside (model and
+    measurement agree as far as they can tell)."""
     if lo <= model <= hi:
         return None
     ratio = measured / model if model else float("inf")
     side = f"{ratio:.3g}x the model's" if ratio >= 1 else f"{1 / ratio:.3g}x below the model's"
-    return (f"{what}: measured {measured * scale:.4g} {unit} (95% interval {lo * scale:.4g}-{hi * scale:.4g}, "
+    return (f"{what}: measured {measured * scale:.4g} {unit} (interval {lo * scale:.4g}-{hi * scale:.4g}: "
             f"{over}) is {side} {model * scale:.4g} {unit}: outside the interval")
 
 
@@ -87,9 +89,9 @@ def throughput_against_model(runs: list[Run], model_samples_s: Callable[[Run], f
     values = [r.metrics.throughput_samples_s for r in runs]
     model = fmean(model_samples_s(r) for r in runs)
     if len(values) > 1:
-        (lo, hi), over = interval(values, fmean), f"over {len(values)} repeats"
+        (lo, hi), over = interval(values, fmean), describe("percentile bootstrap of the mean (nominal: few repeats cover less)", LEVEL, len(values), "repeats")
     elif (ci := runs[0].metrics.intervals) is not None and ci.throughput_samples_s:
-        (lo, hi), over = ci.throughput_samples_s, f"over {ci.steps} steps"
+        (lo, hi), over = ci.throughput_samples_s, describe(ci.method, ci.level, ci.steps)
     else:
         return None
     return disagreement(what, fmean(values), lo, hi, over, model, "samples/s")
