@@ -30,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ADVICE = ROOT / "reports" / "advise_example" / "advice.json"
 
 
-def export(capsys, *argv: str) -> tuple[int, str, str]:
+def export(capsys, *argv: str, nearest: bool = True) -> tuple[int, str, str]:
+    """python -m harness.export with argv (and --nearest: most tests read what the nearest export
+    writes; test_a_point_the_tool_cannot_run_as_it_is_is_refused_without_nearest, the default)."""
     capsys.readouterr()
-    code = main(list(argv))
+    code = main(list(argv) + (["--nearest"] if nearest and "--to" in argv else []))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -605,3 +607,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, key):
     code, out, err = export(capsys, *argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and key in err and "allowed" in err, err
+
+
+def test_a_point_the_tool_cannot_run_as_it_is_is_refused_without_nearest(capsys, tmp_path):
+    """The default: a point Megatron would run as another schedule (zb_h1 -> 1F1B) is refused in
+    one line, exit 2, nothing written; --nearest writes the nearest, the difference said."""
+    point = next(p for p in advice_points() if p["overrides"]["schedule"] == "zb_h1")
+    out = tmp_path / "m.sh"
+    code, stdout, err = export(capsys, "--to", "megatron", f"{ADVICE}#{point['rank']}", "--out", str(out), nearest=False)
+    assert code == 2 and stdout == "" and err.count("\n") == 1 and not out.exists(), err
+    assert "Megatron-LM has no zb_h1 schedule" in err and "(allowed: --nearest" in err
+    code, _, err = export(capsys, "--to", "megatron", f"{ADVICE}#{point['rank']}", "--out", str(out))
+    assert code == 0 and out.exists() and "CANNOT EXPRESS: Megatron-LM has no zb_h1 schedule" in err

@@ -145,7 +145,7 @@ def test_a_schedule_made_from_costs_registered_from_outside_runs_through_everyth
 
     for source in (str(tmp_path / "0_sim"), f"{out / 'advice.json'}#{made[0]['rank']}"):
         script = tmp_path / "titan.sh"
-        assert export_main(["--to", "torchtitan", source, "--out", str(script)]) == 0
+        assert export_main(["--to", "torchtitan", source, "--out", str(script), "--nearest"]) == 0
         assert f"schedule={costed} has no torch class" in script.read_text().replace("\n#   ", " ")
         assert from_csv((tmp_path / "titan.schedule.csv").read_text()) == load(source).actions()
         capsys.readouterr()

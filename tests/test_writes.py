@@ -579,7 +579,7 @@ def test_report_export_and_profile_outputs_never_write_through_a_link(tmp_path, 
     capsys.readouterr()
     advice = ROOT / "reports" / "advise_example" / "advice.json"
     rank = megatron_runnable_rank(advice)  # a point Megatron would take: the link, not the schedule, refuses it
-    assert export(["--to", "megatron", f"{advice}#{rank}", "--out", str(tmp_path / "p.json")]) == 2
+    assert export(["--to", "megatron", f"{advice}#{rank}", "--out", str(tmp_path / "p.json"), "--nearest"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a symlink is there, not replaced" in err, err
     assert theirs.read_text() == "theirs"

@@ -1,9 +1,12 @@
-"""python -m harness.export --to torchtitan|megatron <run dir | result.json | advice.json[#RANK]> [--out FILE]
+"""python -m harness.export --to torchtitan|megatron <run dir | result.json | advice.json[#RANK]> [--out FILE] [--nearest]
 
 Writes the script to FILE (else stdout). Where torchtitan needs the schedule as torch's CSV, it
 is written beside FILE as <FILE's stem>.schedule.csv (else into the current directory, its path
-printed on stderr) and the script names it by its absolute path. Every CANNOT EXPRESS line of
-the header is also printed on stderr. Bad input: one line naming the key, the value and what is
+printed on stderr) and the script names it by its absolute path. A point the tool cannot run as
+it is (another schedule, placement, dtype, optimizer or split) is refused in one line, exit 2,
+nothing written: what the script would run is not what was measured or predicted. `--nearest`
+writes the nearest the tool can run instead, each difference a CANNOT EXPRESS line of the
+header, also printed on stderr. Bad input: one line naming the key, the value and what is
 allowed, exit 2.
 """
 
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", help=f"the tool: {', '.join(TOOLS)} (required)")
     parser.add_argument("source", help="a run directory (or its result.json), or advice.json[#RANK] (default rank 1)")
     parser.add_argument("--out", type=Path, help="write the script here (default: stdout)")
+    parser.add_argument("--nearest", action="store_true",
+                        help="where the tool cannot run the point as it is, write the nearest it can (each "
+                             "difference a CANNOT EXPRESS line) rather than refuse")
     try:
         a = parser.parse_args(argv)
         if a.out is not None and (a.out.is_dir() or a.out.exists() and not a.out.is_file()):
@@ -59,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.out is not None and (why := out_problem(a.out, f"--out={a.out}")):
             raise ExportError(why)
         script, csv, where = export(a.to, a.source, a.out)
+        if script.cannot and not a.nearest:
+            more = f" (and {len(script.cannot) - 1} more)" if len(script.cannot) > 1 else ""
+            first = script.cannot[0].replace(": below, ", ", nearest: ").replace("; below: ", "; nearest: ")
+            raise ExportError(f"{first}{more}: --to {a.to} cannot run this point as it is, so nothing "
+                              "was written (allowed: --nearest, to write the nearest it can run, each difference "
+                              "said)")
         text = script.text()
         try:
             if csv is not None:
