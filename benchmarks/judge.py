@@ -77,9 +77,9 @@ class Stated:
 
 # README.md's table "Figures make bench holds to their range" lists these, each with its text
 STATED = (
-    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.19, 0.6, "0.19 s a job in a pp=4 sweep"),
+    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.15, 0.6, "0.15 s a job in a pp=4 sweep"),
     Stated("test_generate_p32_m256", "seconds", 1.5, 0.6, "At pp=32, M=256 generation takes ~1.5 s"),
-    Stated("test_a_simulated_job_per_action", "wall_us_per_action", 13.0, 0.6, "12-13 us per action"),
+    Stated("test_a_simulated_job_per_action", "wall_us_per_action", 17.7, 0.6, "17.7 us per action"),
 )
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
