@@ -87,15 +87,10 @@ def _training(p: Recipe, s: Script) -> list[list[Word]]:
     if p.optimizer not in ("sgd", "adamw"):
         s.cannot.append(f"optimizer={p.optimizer}: Megatron's --optimizer takes adam (AdamW), sgd and others; "
                         "below: adam")
-    if p.steps is not None:
-        iters: Word = str(p.steps)
-        log: Word = "1"
-        s.facts.append(f"training: the run's lr {p.lr:g}, constant as in the harness; its {p.steps} steps (warm-up "
-                       "and measured) as --train-iters; logged every step as the harness records them")
-    else:
-        iters = s.need("TRAIN_ITERS", "the steps to train")
-        log = s.need("LOG_INTERVAL", "steps between logged lines")
-        s.facts.append("training: constant learning rate as in the harness (--lr-decay-style constant)")
+    iters, log = s.run_length(p.steps, "TRAIN_ITERS", "LOG_INTERVAL")
+    s.facts.append(f"training: the run's lr {p.lr:g}, constant as in the harness; its {p.steps} steps (warm-up and "
+                   "measured) as --train-iters; logged every step as the harness records them" if p.steps is not None
+                   else "training: constant learning rate as in the harness (--lr-decay-style constant)")
     out.append(["--train-iters", iters, "--log-interval", log, "--log-throughput"])
     out.append(["--data-path", s.need("DATA_PATH", "your Megatron dataset prefix (the .bin/.idx pair without "
                                       "extension; the harness trained on synthetic batches)"),

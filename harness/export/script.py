@@ -43,6 +43,13 @@ class Script:
         self.needs[var] = what
         return Raw(f'"${{{var}:?see the header of this script}}"')
 
+    def run_length(self, steps: int | None, steps_var: str, log_var: str) -> tuple[Word, Word]:
+        """(steps, steps between logged lines): a run's own steps, each logged as the harness records
+        them; for an advice point, which has none, both asked for (`need`)."""
+        if steps is not None:
+            return str(steps), "1"
+        return self.need(steps_var, "the steps to train"), self.need(log_var, "steps between logged lines")
+
     def text(self) -> str:
         head = [self.title, f"source: {self.source}",
                 *(f"set before running: {var}, {what}" for var, what in self.needs.items()),

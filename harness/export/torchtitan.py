@@ -239,14 +239,10 @@ def _optimizer(p: Recipe, s: Script) -> None:
 def _training(p: Recipe, s: Script) -> list[list[Word]]:
     """Run length, data, logging and outputs: the run's where it has them, else asked for, so none of
     the registry's (llama3's: c4, its assets path, 1000 steps) stands in unseen."""
+    steps, log = s.run_length(p.steps, "TRAIN_STEPS", "LOG_FREQ")
     if p.steps is not None:
-        steps: Word = str(p.steps)
-        log: Word = "1"
         s.facts.append(f"training: the run's {p.steps} steps (warm-up and measured) as training.steps, logged every "
                        "step as the harness records them")
-    else:
-        steps = s.need("TRAIN_STEPS", "the steps to train")
-        log = s.need("LOG_FREQ", "steps between logged lines")
     s.facts.append("throughput: torchtitan logs tokens/s, TFLOP/s and MFU on every logged step")
     return [["--training.steps", steps, "--metrics.log_freq", log],
             ["--lr_scheduler.warmup_steps", "0", "--lr_scheduler.decay_ratio", "0"],  # constant, as the harness

@@ -16,14 +16,9 @@ from harness.measure.host_load import BUSY_CORES
 from harness.measure.intervals import ORDER_STATISTICS, compare, describe, median_interval, steps_note
 from harness.records.result import HostLoad
 from harness.report.doc import Block, Heading, Items, Table, Text
-from harness.report.runs import Run, ok, run_ids, schedule_label
+from harness.report.runs import Run, config_key, ok, run_ids, schedule_label
 
 IGNORED = ("schedule", "repeat", "seed", *RUN_SECTIONS)
-
-
-def _setting(r: Run) -> tuple:
-    return tuple(sorted((f.name, repr(getattr(r.cfg, f.name))) for f in dataclasses.fields(r.cfg)
-                        if f.name not in IGNORED))
 
 
 def _short(r: Run) -> str:
@@ -109,7 +104,7 @@ def noise_section(runs: list[Run]) -> list[Block]:
              f"{BUSY_CORES} core busy on average during a run (env.host_load): its times include contention.")]
     settings: dict[tuple, dict[str, list[Run]]] = {}
     for r in ok(runs):
-        settings.setdefault(_setting(r), {}).setdefault(schedule_label(r.cfg), []).append(r)
+        settings.setdefault(config_key(r, IGNORED), {}).setdefault(schedule_label(r.cfg), []).append(r)
     compared = {k: v for k, v in settings.items() if len(v) > 1}
     if not compared:
         return blocks + [Items(["Not drawn: no two schedules ran in the same setting"])]

@@ -3,20 +3,13 @@ the same config through executor=native and executor=pytorch."""
 
 from __future__ import annotations
 
-import dataclasses
 from statistics import fmean
 
 from harness.config import RUN_SECTIONS
 from harness.report.doc import Block, Heading, Table, Text
-from harness.report.runs import Run, ok, run_id
+from harness.report.runs import Run, config_key, ok, run_id
 
 NOT_PLAN = ("executor", *RUN_SECTIONS)  # what two runs of one plan may differ in: the executor, run control
-
-
-def _same_plan(r: Run) -> tuple:
-    """Everything that makes two runs the same plan, except the executor."""
-    return tuple(sorted((f.name, repr(getattr(r.cfg, f.name))) for f in dataclasses.fields(r.cfg)
-                        if f.name not in NOT_PLAN))
 
 
 def peer_section(runs: list[Run]) -> list[Block]:
@@ -27,7 +20,7 @@ def peer_section(runs: list[Run]) -> list[Block]:
     by_plan: dict[tuple, dict[str, list[Run]]] = {}
     for r in ok(runs):
         if r.cfg.executor in ("native", "pytorch"):
-            by_plan.setdefault(_same_plan(r), {}).setdefault(r.cfg.executor, []).append(r)
+            by_plan.setdefault(config_key(r, NOT_PLAN), {}).setdefault(r.cfg.executor, []).append(r)
     pairs = [(d["native"], d["pytorch"]) for d in by_plan.values() if "native" in d and "pytorch" in d]
     if not pairs:  # nothing to compare: no section (a sweep `executor=native,pytorch` makes one)
         return []

@@ -17,6 +17,13 @@ from harness.records.result import Env, Metrics, PlanRecord, Result
 from harness.schedules.registry import SCHEDULES
 
 
+def config_key(r: "Run", leave_out: Iterable[str]) -> tuple:
+    """The run's config as a hashable key, the top-level fields in `leave_out` left out: what runs
+    that differ only there share (the same setting, the same plan)."""
+    return tuple(sorted((f.name, repr(getattr(r.cfg, f.name))) for f in dataclasses.fields(r.cfg)
+                        if f.name not in leave_out))
+
+
 @dataclass(eq=False)  # two runs are the same run only if they are one object
 class Run:
     """One reported record: the Result as read (older versions upgraded) and its job directory."""

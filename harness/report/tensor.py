@@ -78,7 +78,7 @@ def tp_comm_share(r: Run) -> float:
     if r.cfg.tp == 1:
         return 0.0
     m = r.metrics
-    comm = (m.tp_sync_s or 0.0) + (getattr(m, "tp_comm_s", None) or 0.0)  # tp_comm_s: newer records only
+    comm = (m.tp_sync_s or 0.0) + (m.tp_comm_s or 0.0)  # tp_comm_s: newer records only
     return comm / m.step_time_s
 
 
@@ -129,7 +129,7 @@ def tensor_parallel(runs: list[Run], out: Path) -> Figure:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     thr.legend(fontsize=6)
-    if not any(getattr(r.metrics, "tp_comm_s", None) is not None for r in fig_.runs if r.cfg.tp > 1):
+    if not any(r.metrics.tp_comm_s is not None for r in fig_.runs if r.cfg.tp > 1):
         fig_.missing.append("TP communication: the per-block collectives inside F and B are not in these records "
                             "(only the TP gradient sync, tp_sync_s)")
     fig_.path = save(fig, out / "tensor_parallel.png", fig_.title, fig_.runs)
