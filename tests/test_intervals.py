@@ -131,3 +131,13 @@ def test_the_short_tags_say_nominal_and_simulated():
     assert tag(ORDER_STATISTICS, 0.9375, 5) == "93.8%, n=5"
     assert tag(BOOTSTRAP, 0.95, 3) == "nominal 95.0%, n=3" and "under-covers" in describe(BOOTSTRAP, 0.95, 3)
     assert tag(SIMULATED, 1.0, 5) == "simulated" and describe(SIMULATED, 1.0, 5).endswith("a point, n=5 steps")
+
+
+
+def test_a_setting_names_its_tensor_parallel_degree():
+    plain = _rows([_run(0, "gpipe", [0.1] * 3), _run(1, "1f1b", [0.1] * 3)])
+    assert " tp=" not in plain["gpipe"][0]
+    runs = [_run(0, "gpipe", [0.1] * 3), _run(1, "1f1b", [0.1] * 3)]
+    for r in runs:
+        r.result.config.update(tp=2, sequence_parallel=True)
+    assert _rows(runs)["gpipe"][0].startswith(f"pp={runs[0].cfg.pp} tp=2 sp dp=")

@@ -23,7 +23,8 @@ IGNORED = ("schedule", "repeat", "seed", *RUN_SECTIONS)
 
 def _short(r: Run) -> str:
     c = r.cfg
-    return f"pp={c.pp} dp={c.dp} M={c.microbatches} B={c.microbatch_size} {c.compute} {c.executor}"
+    tp = f" tp={c.tp}{' sp' if c.sequence_parallel else ''}" if c.tp > 1 else ""
+    return f"pp={c.pp}{tp} dp={c.dp} M={c.microbatches} B={c.microbatch_size} {c.compute} {c.executor}"
 
 
 @dataclasses.dataclass
