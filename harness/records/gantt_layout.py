@@ -5,8 +5,8 @@ by kind, the figure's size, the axes' place in it and their limits, the microbat
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -132,17 +132,27 @@ def _margins(width: float, height: float, row_labels: list[str], title_lines: in
     return min(left, 0.4), bottom, 1 - 8 / 72 / width, top
 
 
-def microbatch_labels(c: Chart, width_pt: Callable[[str], float]) -> list[tuple[float, float, str]]:
+@lru_cache(maxsize=4096)
+def ink_width_pt(text: str) -> float:
+    """A microbatch number's ink width at FONT_PT, from its glyph outlines (matplotlib's
+    TextPath): both renderers label the same bars."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+
+    return TextPath((0, 0), text, size=FONT_PT, prop=FontProperties()).get_extents().width
+
+
+def microbatch_labels(c: Chart) -> list[tuple[float, float, str]]:
     """(x in ms, row, text): the microbatch number of each compute bar wide enough to hold it
-    (its ink `width_pt` and 1 pt to spare each side); none when the rows are too low for the
-    font or there would be more than MAX_LABELS."""
+    (its ink and 1 pt to spare each side); none when the rows are too low for the font or
+    there would be more than MAX_LABELS."""
     compute = [g for g in c.groups if g.compute]
     if not compute or c.pt_per_row * 0.8 < FONT_PT + 1:
         return []
     x0, x1, y, mb = (np.concatenate([g[i] for g in compute]) for i in range(4))
     bar_pt = (x1 - x0) * c.pt_per_ms
     cand = np.flatnonzero((mb >= 0) & (bar_pt >= FONT_PT / 2 + 2))  # narrower than a digit: none
-    keep = [i for i in cand.tolist() if width_pt(str(mb[i])) + 2 <= bar_pt[i]]
+    keep = [i for i in cand.tolist() if ink_width_pt(str(mb[i])) + 2 <= bar_pt[i]]
     if len(keep) > MAX_LABELS:
         return []
     return [(float(x0[i] + x1[i]) / 2, float(y[i]), str(mb[i])) for i in keep]

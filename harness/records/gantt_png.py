@@ -49,7 +49,7 @@ def write_png(c: Chart, f: BinaryIO) -> None:
     def y_px(row: float) -> float:
         return top + (row - c.ylim[1]) / (c.ylim[0] - c.ylim[1]) * (bottom - top)
 
-    for x, row, text in microbatch_labels(c, lambda s: _ink_width(s) / PX_PER_PT):
+    for x, row, text in microbatch_labels(c):
         _text(pixels, (x_px(x), y_px(row)), text, FONT_PT, WHITE, "mm")
 
     tick, pad = TICK_PT * PX_PER_PT, PAD_PT * PX_PER_PT
@@ -124,13 +124,6 @@ def _ascent(pt: float) -> float:
 def _descent(pt: float) -> float:
     """...and below it: the depth of "p"."""
     return _font(pt).getbbox("p", anchor="ls")[3]
-
-
-@lru_cache(maxsize=4096)
-def _ink_width(text: str) -> float:
-    """A microbatch number's ink width in pixels."""
-    x0, _, x1, _ = _font(FONT_PT).getbbox(text)
-    return x1 - x0
 
 
 @lru_cache(maxsize=4096)
