@@ -1,6 +1,6 @@
-"""What the Gantt chart of one step shows and where, shared by its two renderers (the PNG drawn
-with PIL, gantt_png.py; the matplotlib Figure for SVG and the report, gantt.py): the bars grouped
-by kind, the figure's size, the axes' place in it and their limits, the microbatch numbers that fit.
+"""What the Gantt chart of one step shows and where, shared by its two renderers (the PNG,
+gantt_png.py; the matplotlib Figure for SVG and the report, gantt.py): the bars grouped by kind,
+the figure's size, the axes' place in it and their limits, the microbatch numbers that fit.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Bars(NamedTuple):
 
 @dataclass(frozen=True)
 class Chart:
+    """One step's chart, laid out: what either renderer draws, in data units and figure fractions."""
     groups: list[Bars]  # waits and syncs (thin) first, compute over them
     ranks: list[int]
     kinds: list[str]  # the legend's, in LABELS' order
@@ -75,6 +76,8 @@ class Chart:
 
 
 def chart(trace: Trace, step: int, stage_labels: dict[int, str], title: str) -> Chart:
+    """The chart of `step`: one row per rank, labelled with `stage_labels` (its layers); 6 to 16
+    inches wide (a quarter inch per action of the first rank), 0.6 inch a rank high."""
     ev = events_of_step(trace, step)
     if not ev:
         raise ValueError(f"no events in step {step}")
