@@ -126,9 +126,9 @@ def _descent(pt: float) -> float:
     return _font(pt).getbbox("p", anchor="ls")[3]
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # the microbatch numbers, tick labels and rank labels recur; a title ~10 KB
 def _mask(text: str, pt: float, anchor: str) -> tuple[np.ndarray, int, int]:
-    """One line's coverage (0..1) as an array, and its top left relative to the anchor point
+    """One line's coverage (0..255) as an array, and its top left relative to the anchor point
     (PIL's anchors: "ls" left on the baseline, "mm" centred, ...)."""
     from PIL import Image, ImageDraw
 
@@ -136,7 +136,7 @@ def _mask(text: str, pt: float, anchor: str) -> tuple[np.ndarray, int, int]:
     x0, y0, x1, y1 = font.getbbox(text, anchor=anchor)
     img = Image.new("L", (max(1, math.ceil(x1 - x0)), max(1, math.ceil(y1 - y0))))
     ImageDraw.Draw(img).text((-x0, -y0), text, font=font, fill=255, anchor=anchor)
-    return np.asarray(img, dtype=np.float32) / 255, math.floor(x0), math.floor(y0)
+    return np.asarray(img), math.floor(x0), math.floor(y0)
 
 
 def _stamp(pixels: np.ndarray, x: float, y: float, text: str, pt: float, ink: tuple, anchor: str) -> None:
@@ -146,7 +146,7 @@ def _stamp(pixels: np.ndarray, x: float, y: float, text: str, pt: float, ink: tu
     h, w = mask.shape
     x0, y0 = max(px, 0), max(py, 0)
     region = pixels[y0:max(py + h, 0), x0:max(px + w, 0)]
-    a = mask[y0 - py:y0 - py + region.shape[0], x0 - px:x0 - px + region.shape[1], None]
+    a = mask[y0 - py:y0 - py + region.shape[0], x0 - px:x0 - px + region.shape[1], None] / np.float32(255)
     region[:] = region * (1 - a) + np.asarray(ink, dtype=np.float32) * a + 0.5
 
 
