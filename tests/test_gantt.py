@@ -221,14 +221,101 @@ def test_atomic_writes_leave_no_temporary_file(tmp_path: Path):
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
 
 
-def test_png_has_the_pixels_savefig_writes(tmp_path: Path):
-    """plot_gantt encodes the renderer's pixels itself (faster than savefig): a chart of bars
-    drawn as paths must come out pixel for pixel as matplotlib's own savefig writes it."""
+def _png(path: Path) -> np.ndarray:
     from PIL import Image
 
+    return np.asarray(Image.open(path).convert("RGB")).astype(int)
+
+
+def _frame(img: np.ndarray) -> tuple[int, int, int, int]:
+    """The axes' frame: the first and last rows and columns that are black over most of the image."""
+    dark = img.sum(axis=2) < 100
+    rows, cols = np.flatnonzero(dark.mean(axis=1) > 0.5), np.flatnonzero(dark.mean(axis=0) > 0.5)
+    return cols[0], rows[0], cols[-1], rows[-1]
+
+
+def _hex(colour: str) -> np.ndarray:
+    return np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+
+
+def test_png_draws_title_labels_ticks_legend_and_bars_where_they_belong(tmp_path: Path):
+    """The PNG is drawn without matplotlib (gantt_png.py): a known step's bars must start and end
+    at the x its times map to (x axis 0 to 5% past the last end), on their rank's row, with the
+    title above the frame, the rank labels left of it, the ticks and the legend below."""
+    trace = [Event(0, 0, "0F0", COMPUTE, "F", 0, 0, 0.0, 0.010), Event(0, 0, "0B0", COMPUTE, "B", 0, 0, 0.020, 0.040),
+             Event(1, 0, "1F0", COMPUTE, "F", 1, 0, 0.010, 0.020), Event(1, 0, "1B0", COMPUTE, "B", 1, 0, 0.030, 0.040)]
+    plot_gantt(tmp_path / "g.png", trace, 0, {0: "layers 0-3", 1: "layers 4-7"}, "a known step\nsecond line")
+    img = _png(tmp_path / "g.png")
+    assert img.shape[:2] == (round(2.6 * DPI), round(6 * DPI))
+    left, top, right, bottom = _frame(img)
+    assert 0 < left < right < img.shape[1] and 0 < top < bottom < img.shape[0]
+    x_of = lambda ms: left + ms / 42.0 * (right - left)  # xlim (0, 40 ms + 5%)
+    for rank in (0, 1):
+        line = img[round(top + (rank + 0.49) / 1.98 * (bottom - top))]  # ylim (1.49, -0.49): 5% beyond the bars
+        for kind, t0, t1 in [(e.kind, e.start * 1e3, e.end * 1e3) for e in trace if e.rank == rank]:
+            cols = np.flatnonzero((np.abs(line - _hex(COLORS[kind])).sum(axis=1) < 30))
+            cols = cols[(cols > x_of(t0) - 3) & (cols < x_of(t1) + 3)]
+            assert abs(cols[0] - x_of(t0)) <= 2 and abs(cols[-1] - x_of(t1)) <= 2, (rank, kind, cols[[0, -1]])
+        white = (line[round(x_of(t0)):round(x_of(t1))] > 200).all(axis=1)  # the B bar's microbatch number
+        assert 0 < white.sum() < 0.2 * (x_of(t1) - x_of(t0))
+    ink = lambda region: (region.sum(axis=2) < 300).sum()
+    assert ink(img[:top - 2, left:]) > 100  # two lines of title
+    assert ink(img[top:bottom, :left - 6]) > 100  # the rank labels
+    assert ink(img[bottom + 2:bottom + 40, left:right]) > 50  # tick labels and the axis label
+    legend = img[bottom + 40:]
+    for kind in ("F", "B"):
+        assert (np.abs(legend - _hex(COLORS[kind])).sum(axis=2) < 10).sum() > 50, kind
+
+
+def test_png_reads_as_the_figure(tmp_path: Path):
+    """The PNG and matplotlib's Figure (the SVG's, the report's) are laid out from one Chart:
+    the same size and frame, and the bars paint the same pixels, to antialiasing."""
     trace = simulate(build("1f1b", 4, 8), CostModel.uniform(4))
     labels = {r: f"layer {r}" for r in range(4)}
     plot_gantt(tmp_path / "ours.png", trace, 0, labels, "1f1b")
     gantt_figure(trace, 0, labels, "1f1b").savefig(tmp_path / "savefig.png", format="png", dpi=DPI)
-    ours, theirs = (np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGBA")) for n in ("ours", "savefig"))
-    assert ours.shape == theirs.shape and (ours == theirs).all()
+    ours, theirs = _png(tmp_path / "ours.png"), _png(tmp_path / "savefig.png")
+    assert ours.shape == theirs.shape and _frame(ours) == _frame(theirs)
+    left, top, right, bottom = _frame(ours)
+    edge = np.zeros(theirs.shape[:2], dtype=bool)  # where matplotlib's colours change
+    edge[:, 1:] |= np.abs(np.diff(theirs, axis=1)).sum(axis=2) > 30
+    edge[1:] |= np.abs(np.diff(theirs, axis=0)).sum(axis=2) > 30
+    near = np.zeros_like(edge)
+    for dy in range(-2, 3):
+        for dx in range(-2, 3):
+            near |= np.roll(edge, (dy, dx), axis=(0, 1))
+    differ = np.abs(ours - theirs).sum(axis=2) > 60
+    inside = (slice(top + 2, bottom - 1), slice(left + 2, right - 1))
+    assert differ[inside].mean() < 0.1  # bar edges and glyphs: antialiased (or snapped) otherwise
+    assert not (differ & ~near)[inside].any()  # nowhere else
+
+
+@pytest.mark.parametrize("ms", [0.004, 33.0, 33_000.0, 1.6e6])
+def test_png_ticks_are_matplotlibs(ms: float):
+    """The PNG's x ticks and their labels: matplotlib's locator and formatter on the same axes."""
+    from harness.records.gantt_layout import chart
+    from harness.records.gantt_png import x_ticks
+
+    trace = [Event(0, 0, "0F0", COMPUTE, "F", 0, 0, 0.0, ms / 1e3)]
+    ax = gantt_figure(trace, 0, {}, "t").axes[0]
+    ticks, texts, offset = x_ticks(chart(trace, 0, {}, "t"))
+    lo, hi = ax.get_xlim()
+    theirs = [t for t in ax.get_xticks().tolist() if lo <= t <= hi]
+    assert ticks == pytest.approx(theirs)
+    fmt = ax.xaxis.get_major_formatter()
+    assert texts == [t.replace("\u2212", "-") for t in fmt.format_ticks(theirs)] and offset == fmt.get_offset()
+
+
+def test_png_writer_round_trips(tmp_path: Path):
+    from PIL import Image
+
+    from harness.records.png import write_png
+
+    pixels = np.random.default_rng(0).integers(0, 256, (37, 51, 3), dtype=np.uint8)
+    with open(tmp_path / "p.png", "wb") as f:
+        write_png(pixels, f, DPI)
+    back = Image.open(tmp_path / "p.png")
+    assert back.mode == "RGB" and (np.asarray(back) == pixels).all()
+    assert back.info["dpi"] == pytest.approx((DPI, DPI), abs=0.01)
+    with pytest.raises(ValueError, match="expected uint8"):
+        write_png(pixels.astype(np.float32), f, DPI)
