@@ -62,6 +62,11 @@ _AMPERE_ATTENTION = AttentionRates(
     tuple((s, 0.63 * 312 * r / _FA2_BWD_SHAPE[-1]) for s, r in zip(_SEQS, _FA2_BWD_SHAPE)),
     "FlashAttention-2 (Dao 2023, arXiv:2307.08691) on A100: 73% of 312 TFLOP/s forward, 63% backward at "
     "long sequences; shorter sequences scaled by FA2's own fall-off in the FA3 paper's figures", True)
+# FlashAttention-2 on H100 (the FA3 paper's own FA2 bars above): the kernel public before FA3's
+# release (July 2024), for runs that predate it (tools/llama3.py: Llama 3 405B's pre-training).
+FA2_ON_HOPPER = AttentionRates(tuple(zip(_SEQS, _FA2_FWD_SHAPE)), tuple(zip(_SEQS, _FA2_BWD_SHAPE)),
+                               "FlashAttention-2 on H100 SXM5, head dim 128: its bars in FlashAttention-3 (Shah et "
+                               "al. 2024, arXiv:2407.08608) Fig. 5 causal forward, Fig. 6 backward", False)
 _MEMORY_SHARE = ("assumed: elementwise kernels (norms, activations, adds, the loss) priced at 80% of the "
                  "datasheet's HBM bandwidth; not measured per kernel on this device")
 
