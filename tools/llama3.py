@@ -91,15 +91,20 @@ def paper_flops(r: Row, params: int) -> float:
     return tokens * (6 * params + 12 * MODEL["layers"] * SEQ * MODEL["hidden"])
 
 
-def compute_model(attention: str = "fa2") -> ComputeModel:
+def compute_model(attention: str = "fa2", sustained: float | None = None, memory_share: float | None = None
+                  ) -> ComputeModel:
     """The H200 GPT-2 fit with the H100's rates; attention at FlashAttention-2's rates on
-    Hopper ("fa2", the assumption above) or FlashAttention-3's ("fa3", devices.py's H100 entry)."""
+    Hopper ("fa2", the assumption above) or FlashAttention-3's ("fa3", devices.py's H100 entry).
+    `sustained` (the GEMM share) and `memory_share` replace devices.py's: the ablations."""
     from harness.planning.devices import FA2_ON_HOPPER, lookup
 
-    cm = fitted_compute_model(DEVICE)
-    if attention == "fa3":
-        return cm
-    return cm.on_device(replace(lookup(DEVICE), attention=FA2_ON_HOPPER))
+    cm = fitted_compute_model(DEVICE, sustained)
+    device = lookup(DEVICE)
+    if attention == "fa2":
+        device = replace(device, attention=FA2_ON_HOPPER)
+    if memory_share is not None:
+        device = replace(device, memory_share=memory_share)
+    return cm.on_device(device, sustained)
 
 
 def profile_of(cm: ComputeModel) -> dict:
@@ -136,23 +141,23 @@ def profile_of(cm: ComputeModel) -> dict:
             "layers": layers}
 
 
-def stages() -> list[int]:
-    """Layers per chunk: one slot each, 128 slots over pp x v chunks (the first is the embedding
-    alone, the last the head alone)."""
+def stages(v: int = V) -> list[int]:
+    """Layers per chunk: 128 slots (126 blocks, the embedding, the head) evenly over pp x v
+    chunks; at v = 8 one slot each (the first is the embedding alone, the last the head alone)."""
     slots = MODEL["layers"] + 2
-    assert slots % (PP * V) == 0, "Llama 3's layout: 126 blocks + embedding + head in equal chunks"
-    return [slots // (PP * V)] * (PP * V)
+    assert slots % (PP * v) == 0, "Llama 3's layout: 126 blocks + embedding + head in equal chunks"
+    return [slots // (PP * v)] * (PP * v)
 
 
-def overrides(r: Row, profile: str, **extra: str) -> list[str]:
+def overrides(r: Row, profile: str, v: int = V, **extra: str) -> list[str]:
     """The row as harness keys: the published degrees and batch, the assumptions above."""
     keys = {"executor": "sim", "cluster": "dgx_h100", "cluster.nodes": str(r.gpus // GPUS_PER_NODE),
             **{f"model.{k}" if k != "name" else "model": str(v) for k, v in MODEL.items()},
             "dtype": "bf16", "optimizer": "adamw", "compute": "real", "tp": str(TP), "sequence_parallel": "true",
             "pp": str(PP), "dp": str(r.dp), "microbatch_size": "1", "microbatches": str(r.batch_per_dp),
             "checkpointing": "false", "zero": "1", "dp_sync": "after_flush", "schedule": "interleaved_1f1b",
-            "virtual_stages": str(V), "partition": "explicit",
-            "partition.layers_per_stage": f"[{','.join(map(str, stages()))}]", "profile": profile} | extra
+            "virtual_stages": str(v), "partition": "explicit",
+            "partition.layers_per_stage": f"[{','.join(map(str, stages(v)))}]", "profile": profile} | extra
     return [f"{k}={v}" for k, v in keys.items()]
 
 
@@ -170,9 +175,9 @@ class Reproduced:
         return self.tflops / self.row.published_tflops
 
 
-def reproduce(r: Row, cm: ComputeModel, workdir: Path, **extra: str) -> Reproduced:
+def reproduce(r: Row, cm: ComputeModel, workdir: Path, v: int = V, **extra: str) -> Reproduced:
     """The row's plan as python -m harness makes it, its simulated step and what it is made of
-    (`extra`: keys that replace the row's, for the ablations)."""
+    (`v` and `extra`, keys that replace the row's: the ablations)."""
     from harness.frontend.compose import compose_config
     from harness.planning.flops import flops_of
     from harness.planning.plan import make_plan
@@ -180,7 +185,7 @@ def reproduce(r: Row, cm: ComputeModel, workdir: Path, **extra: str) -> Reproduc
 
     path = workdir / "llama3_405b_tp8_sp.json"
     path.write_text(json.dumps(profile_of(cm)))
-    keys = overrides(r, str(path), **extra)
+    keys = overrides(r, str(path), v, **extra)
     plan = make_plan(compose_config([*keys, "wandb.mode=disabled"]))
     cost = plan.sim_cost()
     step = plan.modeled_step_s()
@@ -211,18 +216,52 @@ def table(results: list[Reproduced]) -> str:
     return "\n".join(lines)
 
 
+def ablations(base: float | None) -> list[tuple[str, dict, int, dict]]:
+    """(what changes, compute_model's arguments, v, harness keys): one part of the price moved at a
+    time, from the GEMM share `base` (None: devices.py's)."""
+    return [("as priced", {"sustained": base}, V, {}),
+            ("attention at FlashAttention-3's rates", {"attention": "fa3", "sustained": base}, V, {}),
+            ("memory-bound work at 40% of HBM bandwidth (was 80%)", {"sustained": base, "memory_share": 0.4}, V, {}),
+            ("NVLink at 225 GB/s a direction (was 450)", {"sustained": base}, V,
+             {"cluster.intra.bandwidth_Bps": "225e9"}),
+            ("NIC at 25 GB/s (was 50)", {"sustained": base}, V, {"cluster.inter.bandwidth_Bps": "25e9"}),
+            ("dp_sync=in_backward (was after_flush)", {"sustained": base}, V, {"dp_sync": "in_backward"}),
+            ("v = 4 chunks per rank (was 8)", {"sustained": base}, 4, {}),
+            ("GEMMs at 60% of peak", {"sustained": 0.60}, V, {}),
+            ("GEMMs at 75% of peak (FlashAttention-3's kernel)", {"sustained": 0.75}, V, {})]
+
+
+def ablation_table(base: float | None, workdir: Path) -> str:
+    lines = ["| what changes | " + " | ".join(f"{r.gpus:,} GPUs: TFLOP/s (ratio)" for r in ROWS) + " |",
+             "| --- |" + " --- |" * len(ROWS)]
+    for label, cm_args, v, keys in ablations(base):
+        cm = compute_model(**cm_args)
+        xs = [reproduce(r, cm, workdir, v, **keys) for r in ROWS]
+        lines.append(f"| {label} | " + " | ".join(f"{x.tflops:.0f} ({x.ratio:.2f})" for x in xs) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.llama3", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commands", metavar="DIR", type=Path, default=None,
                     help="write the derived profile into DIR and print each row's python -m harness command")
+    ap.add_argument("--sustained", type=float, default=None,
+                    help="the GEMM share of peak for the H200 fit and the H100 (default devices.py's, calibrated "
+                         "on the 8,192-GPU row; 0.75: FlashAttention-3's kernel, the price before the calibration)")
+    ap.add_argument("--ablate", action="store_true", help="also move one part of the price at a time: a table")
     args = ap.parse_args(argv)
-    cm = compute_model()
+    if args.sustained is not None and not 0 < args.sustained <= 1:
+        print(f"tools.llama3: --sustained {args.sustained}: a share of the peak (allowed: 0 < x <= 1)", file=sys.stderr)
+        return 2
+    cm = compute_model(sustained=args.sustained)
     with tempfile.TemporaryDirectory() as tmp:
         where = args.commands if args.commands is not None else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         results = [reproduce(r, cm, where) for r in ROWS]
-    print(table(results))
+        print(table(results))
+        if args.ablate:
+            print("\n" + ablation_table(args.sustained, where))
     if args.commands is not None:
         for x in results:
             print(f"\n{x.row.gpus} GPUs: {x.command}")
