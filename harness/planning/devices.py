@@ -8,7 +8,8 @@ sparsity" figures are twice these). fp32 is the CUDA cores' rate: PyTorch runs f
 without TF32 unless told to (torch.backends.cuda.matmul.allow_tf32 is False by default).
 
 `sustained` is the largest share of the dense peak a published transformer kernel has
-sustained on that architecture, with its source; None where nothing is published here (the
+sustained on that architecture, with its source; on Hopper, the one calibration instead (a
+published training run's share, stated below); None where nothing is published here (the
 compute model then needs it given). No CPU is listed: on CPU a record reports TFLOP/s, and
 MFU is n/a.
 
