@@ -170,15 +170,19 @@ class Reproduced:
     harness_mfu: float  # the harness's own MFU (flops.py, Megatron/PaLM convention)
     parts: dict  # per rank on average: compute, TP collectives, bubble and hops, dp sync + optimizer (seconds)
     command: str
+    peak_gib: float | None = None  # the memory theory's fullest GPU (reproduce(..., memory=True))
 
     @property
     def ratio(self) -> float:
         return self.tflops / self.row.published_tflops
 
 
-def reproduce(r: Row, cm: ComputeModel, workdir: Path, v: int = V, **extra: str) -> Reproduced:
+def reproduce(r: Row, cm: ComputeModel, workdir: Path, v: int = V, memory: bool = False,
+              **extra: str) -> Reproduced:
     """The row's plan as python -m harness makes it, its simulated step and what it is made of
-    (`v` and `extra`, keys that replace the row's: the ablations)."""
+    (`v` and `extra`, keys that replace the row's: the ablations). `memory`: also the memory
+    theory's fullest GPU (a trace of the 405B's layers on fake tensors: ~20 s on 2 cores; the
+    simulator prices time and does not refuse a plan that does not fit)."""
     from harness.frontend.compose import compose_config
     from harness.planning.flops import flops_of
     from harness.planning.plan import make_plan
@@ -200,8 +204,9 @@ def reproduce(r: Row, cm: ComputeModel, workdir: Path, v: int = V, **extra: str)
     parts = {"compute": busy - tp_total, "tp_collectives": tp_total,
              "pipeline_bubble_and_hops": step - busy - after, "dp_sync_and_optimizer": after}
     fl = flops_of(plan, step)
+    peak = max(x.peak for x in plan.theory_per_rank()) / 2 ** 30 if memory else None
     return Reproduced(r, step, paper_flops(r, plan.model.total_params) / step / r.gpus / 1e12, fl.mfu or 0.0, parts,
-                      "python -m harness " + " ".join(f"'{k}'" if "[" in k else k for k in keys))
+                      "python -m harness " + " ".join(f"'{k}'" if "[" in k else k for k in keys), peak)
 
 
 def table(results: list[Reproduced]) -> str:
@@ -209,14 +214,15 @@ def table(results: list[Reproduced]) -> str:
 
     peak = lookup(DEVICE).peak_bf16
     lines = ["| GPUs | TP x PP x DP | batch per DP (M), v | simulated step | predicted TFLOP/s/GPU (MFU) | published "
-             "| ratio | TP comm | bubble + hops | dp sync + optimizer |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| ratio | TP comm | bubble + hops | dp sync + optimizer | memory theory, fullest GPU |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for x in results:
         r, p = x.row, x.parts
         lines.append(f"| {r.gpus:,} | {TP} x {PP} x {r.dp} | {r.batch_per_dp}, {V} | {x.step_s:.2f} s | "
                      f"{x.tflops:.0f} ({x.tflops * 1e12 / peak:.1%}) | {r.published_tflops:.0f} "
                      f"({r.published_mfu:.0%}) | {x.ratio:.2f} | {p['tp_collectives'] / x.step_s:.1%} | "
-                     f"{p['pipeline_bubble_and_hops'] / x.step_s:.1%} | {p['dp_sync_and_optimizer'] / x.step_s:.1%} |")
+                     f"{p['pipeline_bubble_and_hops'] / x.step_s:.1%} | {p['dp_sync_and_optimizer'] / x.step_s:.1%} | "
+                     + (f"{x.peak_gib:.0f} GiB |" if x.peak_gib is not None else "- |"))
     return "\n".join(lines)
 
 
@@ -231,6 +237,7 @@ def ablations(base: float | None) -> list[tuple[str, dict, int, dict]]:
             ("NIC at 25 GB/s (was 50)", {"sustained": base}, V, {"cluster.inter.bandwidth_Bps": "25e9"}),
             ("dp_sync=in_backward (was after_flush)", {"sustained": base}, V, {"dp_sync": "in_backward"}),
             ("v = 4 chunks per rank (was 8)", {"sustained": base}, 4, {}),
+            ("full recompute (checkpointing=true; was none)", {"sustained": base}, V, {"checkpointing": "true"}),
             ("GEMMs at 60% of peak", {"sustained": 0.60}, V, {}),
             ("GEMMs at 75% of peak (FlashAttention-3's kernel)", {"sustained": 0.75}, V, {})]
 
@@ -262,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         where = args.commands if args.commands is not None else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        results = [reproduce(r, cm, where) for r in ROWS]
+        results = [reproduce(r, cm, where, memory=True) for r in ROWS]
         print(table(results))
         if args.ablate:
             print("\n" + ablation_table(args.sustained, where))
