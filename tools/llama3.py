@@ -153,7 +153,7 @@ def stages(v: int = V) -> list[int]:
 def overrides(r: Row, profile: str, v: int = V, **extra: str) -> list[str]:
     """The row as harness keys: the published degrees and batch, the assumptions above."""
     keys = {"executor": "sim", "cluster": "dgx_h100", "cluster.nodes": str(r.gpus // GPUS_PER_NODE),
-            **{f"model.{k}" if k != "name" else "model": str(v) for k, v in MODEL.items()},
+            **{f"model.{k}" if k != "name" else "model": str(x) for k, x in MODEL.items()},
             "dtype": "bf16", "optimizer": "adamw", "compute": "real", "tp": str(TP), "sequence_parallel": "true",
             "pp": str(PP), "dp": str(r.dp), "microbatch_size": "1", "microbatches": str(r.batch_per_dp),
             "checkpointing": "false", "zero": "1", "dp_sync": "after_flush", "schedule": "interleaved_1f1b",
