@@ -52,7 +52,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt requirements-megatron
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: help venv sweep example report profile advise advise-validate sc21 calibrate test test-fast test-all bench gpu-check \
+.PHONY: help venv sweep example report profile advise advise-validate sc21 llama3 calibrate test test-fast test-all bench gpu-check \
 	gpu-wheels clean dashboard
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -115,6 +115,9 @@ advise-validate: venv ## Predicted against measured on this machine (cluster=her
 
 sc21: venv ## SC21 Megatron-LM Table 1 (GPT 39B-1T on DGX A100) through executor=sim, beside the published TFLOP/s
 	$(PY) -m tools.sc21
+
+llama3: venv ## Llama 3 405B's pre-training on 8,192 and 16,384 H100s (arXiv:2407.21783 Table 4) through executor=sim, beside the published TFLOP/s
+	$(PY) -m tools.llama3
 
 calibrate: venv ## Measure this machine as cluster=here (harness/conf/cluster/here.yaml); on a quiet machine
 	$(PY) -m tools.calibrate

@@ -61,7 +61,7 @@ PER_BYTE = {k: (3e-12 if k[0] != "block" else 1 / H200.memory_bandwidth_Bps) for
 
 
 def test_a_fit_recovers_the_model_a_profile_was_made_from():
-    prof = _profile(FLOOR, PER_BYTE, 0.75)
+    prof = _profile(FLOOR, PER_BYTE, H200.sustained)
     cm = fit(prof, H200, "bf16", 2, "synthetic")
     for layer in prof["layers"]:
         for b, m in layer["by_microbatch"].items():
@@ -72,13 +72,14 @@ def test_a_fit_recovers_the_model_a_profile_was_made_from():
 
 
 def test_efficiency_grows_with_the_work_toward_the_sustained_share_never_past_it():
-    cm = fit(_profile(FLOOR, PER_BYTE, 0.75), H200, "bf16", 2, "synthetic")
+    share = H200.sustained  # the table's (calibrated) share: the fit keeps it where the data do not beat it
+    cm = fit(_profile(FLOOR, PER_BYTE, share), H200, "bf16", 2, "synthetic")
     dims = Dims(**DIMS, dtype_bytes=2)
     for d in ("fwd", "bwd"):
         eff = [cm.efficiency("block", d, work("block", d, b, 2.0 * 12 * 512 ** 2 * 256 * b, dims))
                for b in (1, 4, 16, 64, 1024, 2 ** 20)]
-        # toward 75%, less its bytes' share (here one pass over the activation at full bandwidth: 2.5%)
-        assert eff == sorted(eff) and 0.72 < eff[-1] <= 0.75
+        # toward the share, less its bytes' share (here one pass over the activation at full bandwidth)
+        assert eff == sorted(eff) and share - 0.03 < eff[-1] <= share
 
 
 @pytest.mark.parametrize("measured_share, priced", [(0.9, 0.9), (1.3, 1.0)])
@@ -119,10 +120,10 @@ def test_the_committed_derived_profile_is_what_derive_writes_today():
     d = fresh["derivation"]
     assert d["source"] == "data/gpt2_h200_profile.json" and d["compute_model"]["sustained_source"]
     block = d["efficiency"]["block"]
-    # priced per operation: a 70B block's GEMMs at the sustained 75% (they are large), its causal
-    # attention at FlashAttention-3's 579 (forward) and 542 (backward) TFLOP/s at s=4096, its
-    # norms, SwiGLU, rotary and adds at 80% of 4.8 TB/s: 71% of peak forward, 70% backward
-    assert all(math.isclose(v["fwd"], 0.714, abs_tol=0.003) and math.isclose(v["bwd"], 0.703, abs_tol=0.003)
+    # priced per operation: a 70B block's GEMMs at the calibrated 57% (they are large; devices.py), its
+    # causal attention at FlashAttention-3's 579 (forward) and 542 (backward) TFLOP/s at s=4096, its
+    # norms, SwiGLU, rotary and adds at 80% of 4.8 TB/s: 55.4% of peak forward, 54.7% backward
+    assert all(math.isclose(v["fwd"], 0.554, abs_tol=0.003) and math.isclose(v["bwd"], 0.547, abs_tol=0.003)
                for v in block.values())
     ops = d["operations"]["block"]["1"]
     by = fresh["layers"][1]["by_microbatch"]["1"]

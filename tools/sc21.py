@@ -104,16 +104,18 @@ def paper_flops(r: Row) -> float:
     return 96 * b * s * l * h ** 2 * (1 + s / (6 * h) + VOCAB / (16 * l * h))
 
 
-def compute_model() -> ComputeModel:
+def compute_model(device: str = DEVICE, sustained: float | None = None) -> ComputeModel:
     """The one calibration: the compute model fitted on the measured H200 GPT-2 profile, its
-    rates moved to the A100 (compute_model.ComputeModel.on_device)."""
+    rates moved to `device` (compute_model.ComputeModel.on_device; tools/llama3.py: the H100).
+    `sustained`: one GEMM share for both instead of devices.py's (tools/llama3.py --sustained)."""
     from harness.config import DTYPE_BYTES
     from harness.planning.compute_model import fit
     from harness.planning.devices import lookup
 
     measured = json.loads(SOURCE.read_text())
-    h200 = fit(measured, lookup(measured["device"]), "bf16", DTYPE_BYTES["bf16"], str(SOURCE.relative_to(ROOT)))
-    return h200.on_device(lookup(DEVICE))
+    h200 = fit(measured, lookup(measured["device"]), "bf16", DTYPE_BYTES["bf16"], str(SOURCE.relative_to(ROOT)),
+               sustained=sustained)
+    return h200.on_device(lookup(device), sustained)
 
 
 def profile_of(r: Row, cm: ComputeModel) -> dict:
