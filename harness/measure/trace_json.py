@@ -12,6 +12,7 @@ from math import isfinite
 from collections import Counter
 from datetime import datetime, timezone
 from itertools import repeat
+from operator import eq
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -63,54 +64,71 @@ def messages(trace: Trace, pp: int) -> list[tuple[Event, Event, str]]:
     without send costs, a send torch fused with a receive); the destination is the consuming
     action (its data has arrived when it starts). A hand-off between stages of one rank is no
     message; a message whose end the trace lacks (a capped trace) is left out."""
-    src, dst, what = _message_rows(Columns.of(trace), pp)
-    return [(trace[i], trace[j], w) for i, j, w in zip(src.tolist(), dst.tolist(), what)]
+    src, dst, producer, activation = _message_rows(Columns.of(trace), pp)
+    return [(trace[i], trace[j], ("activation " if a else "gradient ") + p)
+            for i, j, p, a in zip(src.tolist(), dst.tolist(), producer, activation.tolist())]
 
 
 # the actions that receive a message: an F its activation, a B or I its input gradient
 _PASSES = frozenset("FBI")
 
 
-def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """`messages` as rows of the columns: (source rows, destination rows, what), in the order
-    of the consuming actions' first appearance. Dicts keyed as the events name each other (a
-    later event of one key replaces an earlier one), looked up a column at a time."""
+def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """`messages` as rows of the columns: (source rows, destination rows, the producer's name,
+    whether it is an activation, else a gradient), in the order
+    of the consuming actions' first appearance. Per replica and step, the actions and the sends
+    by name in a dict (a later event of one name replaces an earlier one), looked up a column at
+    a time."""
     pp = pp or 1
     n = len(c)
-    rank = np.asarray(c.rank, dtype=np.int64)
-    replica = (rank // pp).tolist()
-    rows = range(n)
-    consumer_rows = [i for i, cat, k in zip(rows, c.cat, c.kind) if cat == COMPUTE and k in _PASSES]
-    send_rows = [i for i, k, name in zip(rows, c.kind, c.name) if k == "send" and name.startswith("send ")]
-    compute = dict(zip([(replica[i], c.step[i], c.name[i]) for i in consumer_rows], consumer_rows))
-    sends = dict(zip([(replica[i], c.step[i], c.name[i][5:]) for i in send_rows], send_rows))
-    dst = list(compute.values())
-    stage, mb, kind = c.stage, c.microbatch, c.kind
-    first = [f"{stage[i] - 1}F{mb[i]}" if kind[i] == "F" else f"{stage[i] + 1}B{mb[i]}" for i in dst]
+    rank = np.array(c.rank, dtype=np.int64)
+    step = np.array(c.step, dtype=np.int64)
+    consumer = np.fromiter(map(_PASSES.__contains__, c.kind), bool, n) & np.fromiter(
+        map(eq, c.cat, repeat(COMPUTE)), bool, n)
+    sending = np.fromiter(map(eq, c.kind, repeat("send")), bool, n)
+    sending[sending] = [c.name[i].startswith("send ") for i in np.flatnonzero(sending).tolist()]
+    # a group per (replica, step): its rows in trace order
+    key = (rank // pp) * (int(step.max() - step.min()) + 1 if n else 1) + (step - (step.min() if n else 0))
+    groups = np.unique(key[consumer | sending]) if n else key
+    firsts, dsts, srcs, producers = [], [], [], []
+    name, stage, mb, kind = c.name, c.stage, c.microbatch, c.kind
+    for g in groups.tolist():
+        mine = key == g
+        rows = np.flatnonzero(mine & consumer).tolist()
+        names = [name[i] for i in rows]
+        compute = dict(zip(names, rows))
+        sends = {name[i][5:]: i for i in np.flatnonzero(mine & sending).tolist()}
+        dst = list(compute.values())
+        # the key's first row orders the messages (the last is its event); they differ for a name twice
+        first = dst if len(compute) == len(rows) else list(map(dict(zip(names[::-1], rows[::-1])).__getitem__, compute))
 
-    def find(rows: list[int], names: list[str]) -> np.ndarray:
-        """The source of each (row, producer name): its send, else its action, else -1."""
-        keys = [(replica[i], c.step[i], p) for i, p in zip(rows, names)]
-        found = np.fromiter(map(compute.get, keys, repeat(-1)), np.int64, len(keys))
-        if sends:
-            sent = np.fromiter(map(sends.get, keys, repeat(-1)), np.int64, len(keys))
-            found = np.where(sent >= 0, sent, found)
-        return found
+        def find(names: list[str]) -> np.ndarray:
+            """The source of each producer name: its send, else its action, else -1."""
+            found = np.fromiter(map(compute.get, names, repeat(-1)), np.int64, len(names))
+            if sends:
+                sent = np.fromiter(map(sends.get, names, repeat(-1)), np.int64, len(names))
+                found = np.where(sent >= 0, sent, found)
+            return found
 
-    src = find(dst, first)
-    producer = first
-    # a gradient whose B is not there comes from an I (zero-bubble schedules split B)
-    retry = [j for j in np.flatnonzero(src < 0).tolist() if kind[dst[j]] != "F"]
-    if retry:
-        second = [f"{stage[dst[j]] + 1}I{mb[dst[j]]}" for j in retry]
-        src[retry] = find([dst[j] for j in retry], second)
-        producer = list(first)
-        for j, p in zip(retry, second):
-            producer[j] = p
-    dst_rows = np.asarray(dst, dtype=np.int64)
-    keep = np.flatnonzero((src >= 0) & (rank[np.maximum(src, 0)] != rank[dst_rows])).tolist()
-    what = [("activation " if kind[dst[j]] == "F" else "gradient ") + producer[j] for j in keep]
-    return src[keep], dst_rows[keep], what
+        producer = [f"{stage[i] - 1}F{mb[i]}" if kind[i] == "F" else f"{stage[i] + 1}B{mb[i]}" for i in dst]
+        src = find(producer)
+        # a gradient whose B is not there comes from an I (zero-bubble schedules split B)
+        retry = [j for j in np.flatnonzero(src < 0).tolist() if kind[dst[j]] != "F"]
+        if retry:
+            second = [f"{stage[dst[j]] + 1}I{mb[dst[j]]}" for j in retry]
+            src[retry] = find(second)
+            for j, p in zip(retry, second):
+                producer[j] = p
+        firsts += first
+        dsts += dst
+        srcs.append(src)
+        producers += producer
+    order = np.argsort(np.array(firsts, dtype=np.int64), kind="stable")
+    src = np.concatenate(srcs)[order] if srcs else np.zeros(0, dtype=np.int64)
+    dst = np.array(dsts, dtype=np.int64)[order]
+    keep = np.flatnonzero((src >= 0) & (rank[np.maximum(src, 0)] != rank[dst]))
+    activation = np.fromiter(map(eq, c.kind, repeat("F")), bool, n)[dst[keep]]
+    return src[keep], dst[keep], [producers[j] for j in order[keep].tolist()], activation
 
 
 def iso_utc(t: float) -> str:
@@ -306,7 +324,10 @@ _X = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{"
       '"microbatch":%d}}')
 _C = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%s,"args":{"MiB":%s}}'
 _THOUSANDTHS = np.array([".%03d" % i for i in range(1000)], dtype=object)
-_SIGNS = np.array(["", "-"], dtype=object)
+# a flow's line up to its producer's name: [gradient, activation]
+_FLOW_S = np.array(['{"ph":"s","name":"gradient ', '{"ph":"s","name":"activation '], dtype=object)
+_FLOW_F = np.array(['},\n{"ph":"f","bp":"e","name":"gradient ', '},\n{"ph":"f","bp":"e","name":"activation '],
+                   dtype=object)
 
 
 def _ns(t: float) -> int | None:
@@ -325,11 +346,14 @@ def _us(ns: int | None) -> str:
     return "-%d.%03d" % divmod(-ns, 1000)
 
 
-def _us_column(ns: np.ndarray) -> list[str]:
-    """_us of each of an array of whole nanoseconds (int64, or object: Python ints)."""
-    whole, frac = np.abs(ns) // 1000, np.abs(ns) % 1000  # np.divmod has no object loop
-    return list(map("".join, zip(_SIGNS[(ns < 0).astype(np.intp)].tolist(), map("%d".__mod__, whole.tolist()),
-                                 _THOUSANDTHS[frac.astype(np.intp)].tolist())))
+def _us_pieces(ns: np.ndarray) -> tuple[list[str], list[str]]:
+    """_us of each of an array of whole nanoseconds (int64, or object: Python ints) as two
+    pieces to join: the whole microseconds, signed, and ".fff"."""
+    mag = np.abs(ns)
+    whole = list(map(str, (mag // 1000).tolist()))  # np.divmod has no object loop
+    for i in np.flatnonzero(ns < 0).tolist():
+        whole[i] = "-" + whole[i]
+    return whole, _THOUSANDTHS[(mag % 1000).astype(np.intp)].tolist()
 
 
 def _track_names(ranks: list[int], pp: int) -> list[str]:
@@ -346,16 +370,17 @@ def _actions(c: Columns, rows: slice, pp: int, start: np.ndarray, end: np.ndarra
     """A complete event (X) per action of `rows`: its start and end rounded to ns (`start`,
     `end`: whole_ns of the columns), dur their difference; an action with a time whole_ns does
     not hold formatted alone."""
-    names, cats, ranks, kinds = c.name[rows], c.cat[rows], c.rank[rows], c.kind[rows]
-    quoted = {s: _q(s) for s in {*cats, *kinds}}
-    track = {r: ',"pid":%d,"tid":%d,"ts":' % (r // pp, r) for r in set(ranks)}
-    d = "%d".__mod__
+    cats, ranks, steps, kinds, stages, mbs = (x[rows] for x in (c.cat, c.rank, c.step, c.kind, c.stage, c.microbatch))
+    # the pieces between ts and dur taken from a dict per distinct value: a few of them a step
+    track = {k: ',"cat":%s,"pid":%d,"tid":%d,"ts":' % (_q(k[0]), k[1] // pp, k[1]) for k in set(zip(cats, ranks))}
+    args = {k: ',"args":{"step":%d,"kind":%s,"stage":' % (k[0], _q(k[1])) for k in set(zip(steps, kinds))}
+    number = {v: "%d" % v for v in {*stages, *mbs}}
+    ts = _us_pieces(start[rows])
+    dur = _us_pieces(end[rows] - start[rows])
     lines = list(map("".join, zip(
-        repeat('{"ph":"X","name":'), map(_q, names), repeat(',"cat":'), map(quoted.__getitem__, cats),
-        map(track.__getitem__, ranks), _us_column(start[rows]), repeat(',"dur":'),
-        _us_column(end[rows] - start[rows]), repeat(',"args":{"step":'), map(d, c.step[rows]), repeat(',"kind":'),
-        map(quoted.__getitem__, kinds), repeat(',"stage":'), map(d, c.stage[rows]), repeat(',"microbatch":'),
-        map(d, c.microbatch[rows]), repeat("}}"))))
+        repeat('{"ph":"X","name":'), map(_q, c.name[rows]), map(track.__getitem__, zip(cats, ranks)), *ts,
+        repeat(',"dur":'), *dur, map(args.__getitem__, zip(steps, kinds)), map(number.__getitem__, stages),
+        repeat(',"microbatch":'), map(number.__getitem__, mbs), repeat("}}"))))
     first = rows.start or 0
     for i in np.flatnonzero(~(start_ok[rows] & end_ok[rows])).tolist():
         j = first + i
@@ -412,15 +437,16 @@ def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
     return None
 
 
-# flows as (source ranks, destination ranks, what, s, f): s and f in ns
-Flows = tuple[np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray]
+# flows as (source ranks, destination ranks, the producer's name, whether an activation (else a
+# gradient), s, f): s and f in ns
+Flows = tuple[np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]
 
 
 def _flows(c: Columns, pp: int, start: np.ndarray, end: np.ndarray, ok: np.ndarray) -> Flows:
     """Every message (`_message_rows`) at `_flow_times`, the ones it gives None left out: its
     cases as masks over the messages (`start`, `end`: whole_ns of the columns, `ok` where both
     hold); a message with a time past whole_ns's range alone."""
-    src, dst, what = _message_rows(c, pp)
+    src, dst, producer, activation = _message_rows(c, pp)
     s0, s1, d0, d1 = start[src], end[src], start[dst], end[dst]
     s, f = np.maximum(s1 - 1, s0), np.minimum(d0 + 1, d1)
     inside = f >= s
@@ -438,20 +464,21 @@ def _flows(c: Columns, pp: int, start: np.ndarray, end: np.ndarray, ok: np.ndarr
             ts[i], tf[i] = at
     rows = np.flatnonzero(keep)
     rank = np.asarray(c.rank, dtype=np.int64)
-    return rank[src[rows]], rank[dst[rows]], [what[i] for i in rows.tolist()], ts[rows], tf[rows]
+    return rank[src[rows]], rank[dst[rows]], [producer[i] for i in rows.tolist()], activation[rows], ts[rows], tf[rows]
 
 
 def _flow_lines(flows: Flows, rows: slice, pp: int) -> list[str]:
     """A flow (s and f: two lines in one string, ids from 1) per message of `rows`. Names are a
     word and an action's numbers and letter: nothing to escape."""
-    src, dst, what, ts, tf = (x[rows] for x in flows)
-    ranks = {*src.tolist(), *dst.tolist()}
-    track = {r: '","cat":"message","id":%%s,"pid":%d,"tid":%d,"ts":' % (r // pp, r) for r in ranks}
-    ids = list(map("%d".__mod__, range((rows.start or 0) + 1, (rows.start or 0) + len(what) + 1)))
+    src, dst, producer, activation, ts, tf = (x[rows] for x in flows)
+    track = {r: '","cat":"message","id":%%s,"pid":%d,"tid":%d,"ts":' % (r // pp, r) for r in {*src.tolist(), *dst.tolist()}}
+    first = (rows.start or 0) + 1
+    ids = range(first, first + len(producer))
+    word = activation.astype(np.intp)
     return list(map("".join, zip(
-        repeat('{"ph":"s","name":"'), what, map(str.__mod__, map(track.__getitem__, src.tolist()), ids),
-        _us_column(ts), repeat('},\n{"ph":"f","bp":"e","name":"'), what,
-        map(str.__mod__, map(track.__getitem__, dst.tolist()), ids), _us_column(tf), repeat("}"))))
+        _FLOW_S[word].tolist(), producer, map(str.__mod__, map(track.__getitem__, src.tolist()), ids), *_us_pieces(ts),
+        _FLOW_F[word].tolist(), producer, map(str.__mod__, map(track.__getitem__, dst.tolist()), ids), *_us_pieces(tf),
+        repeat("}"))))
 
 
 def _num(v: float) -> str:
