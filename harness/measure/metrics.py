@@ -352,10 +352,12 @@ def _inflight(plan: Plan, rank: int) -> int:
     return max(sum(h) for h in plan.replays[rank].helds)
 
 
-def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:
+def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None,
+                    columns: Columns | None = None) -> Metrics:
+    """The run's figures; `columns`: run.trace as Columns, where the caller has them."""
     c = plan.config
     trace = run.trace
-    cols = Columns.of(trace)
+    cols = Columns.of(trace) if columns is None else columns
     step = np.array(cols.step, dtype=np.int64)
     measured_steps = [s for s in sorted(set(cols.step)) if s >= c.warmup_steps]
     repeats = run.step_repeats  # executor=sim: one measured step stands for every identical one

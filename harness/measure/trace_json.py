@@ -188,7 +188,7 @@ def peaks_per_step(memory: list[MemorySample]) -> dict[int, dict[int, int]]:
     return out
 
 
-def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), pp: int = 0,
+def write_trace_json(path: Path, trace: Trace | Columns, memory: list[MemorySample] = (), pp: int = 0,
                      max_events: int | None = MAX_TRACE_EVENTS, origin_wall_s: float | None = None) -> dict:
     """Chrome trace-event JSON (Perfetto, chrome://tracing): one process per dp replica, one
     track per rank in it, one complete event (ph X) per action, and a counter track (ph C) per
@@ -215,19 +215,18 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     backwards while they fit, each with its memory samples; earlier steps are dropped. If the
     last step alone is over the cap, it alone is written, cut to its first `max_events` events
     in time order (`truncated_step`). Step slices and flows are drawn from the events kept.
+    `trace` may come as its Columns (a caller that has them: the job, for its metrics too).
     Returns what was kept, also written in the file under `otherData.trace_cap`:
     {"steps_kept": [...], "steps_dropped": n, "events_written": n, "events_dropped": n,
     "max_events": cap, "truncated_step": step or None}."""
     written_s = time.time()
     memory = list(memory)
-    cols = Columns.of(trace)
+    cols = trace if isinstance(trace, Columns) else Columns.of(trace)
     ranks = sorted(set(cols.rank) | {m[0] for m in memory})
     pp = pp or len(ranks) or 1
     clock = _clock(cols, origin_wall_s, written_s)
     peaks = peaks_per_step(memory)
-    kept, memory, cap = _capped(trace, cols.step, memory, max_events)
-    if kept is not trace:
-        trace, cols = kept, Columns.of(kept)
+    cols, memory, cap = _capped(cols, memory, max_events)
     start, start_ok = whole_ns(cols.start)
     end, end_ok = whole_ns(cols.end)
     flows = _flows(cols, pp, start, end, start_ok & end_ok)
@@ -264,27 +263,28 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     return cap
 
 
-def _capped(trace: Trace, steps: list[int], memory: list[MemorySample], max_events: int | None
-            ) -> tuple[Trace, list[MemorySample], dict]:
-    """The events kept under the cap (write_trace_json says which), and what was kept (the
-    trace itself where all of it is)."""
-    count = Counter(steps)
+def _capped(c: Columns, memory: list[MemorySample], max_events: int | None
+            ) -> tuple[Columns, list[MemorySample], dict]:
+    """The events kept under the cap (write_trace_json says which), and what was kept."""
+    count = Counter(c.step)
     count.update(m[1] for m in memory)
     steps_kept, truncated = _trace_steps(count, max_events)
-    total = len(trace) + len(memory)
+    total = len(c) + len(memory)
     if len(steps_kept) < len(count) or truncated is not None:
         keep = set(steps_kept)
-        trace = [e for e in trace if e.step in keep]
+        c = c.take(np.fromiter(map(keep.__contains__, c.step), bool, len(c)))
         memory = [m for m in memory if m[1] in keep]
         if truncated is not None:  # the step's first max_events events, X and C together, in time order
-            first = sorted([(e.start, 0, i) for i, e in enumerate(trace)]
+            first = sorted([(t, 0, i) for i, t in enumerate(c.start.tolist())]
                            + [(m[2], 1, i) for i, m in enumerate(memory)])[:max(max_events, 0)]
-            trace = [trace[i] for i in sorted(i for _, k, i in first if k == 0)]
+            rows = np.zeros(len(c), dtype=bool)
+            rows[[i for _, k, i in first if k == 0]] = True
+            c = c.take(rows)
             memory = [memory[i] for i in sorted(i for _, k, i in first if k == 1)]
-    written = len(trace) + len(memory)
-    return trace, memory, {"steps_kept": steps_kept, "steps_dropped": len(count) - len(steps_kept),
-                           "events_written": written, "events_dropped": total - written, "max_events": max_events,
-                           "truncated_step": truncated}
+    written = len(c) + len(memory)
+    return c, memory, {"steps_kept": steps_kept, "steps_dropped": len(count) - len(steps_kept),
+                       "events_written": written, "events_dropped": total - written, "max_events": max_events,
+                       "truncated_step": truncated}
 
 
 def _step_spans(c: Columns) -> dict[tuple[int, int], list[float]]:
@@ -471,14 +471,15 @@ def _flow_lines(flows: Flows, rows: slice, pp: int) -> list[str]:
     """A flow (s and f: two lines in one string, ids from 1) per message of `rows`. Names are a
     word and an action's numbers and letter: nothing to escape."""
     src, dst, producer, activation, ts, tf = (x[rows] for x in flows)
-    track = {r: '","cat":"message","id":%%s,"pid":%d,"tid":%d,"ts":' % (r // pp, r) for r in {*src.tolist(), *dst.tolist()}}
+    src, dst = src.tolist(), dst.tolist()
+    track = {r: ',"pid":%d,"tid":%d,"ts":' % (r // pp, r) for r in {*src, *dst}}
     first = (rows.start or 0) + 1
-    ids = range(first, first + len(producer))
+    ids = list(map(str, range(first, first + len(producer))))
     word = activation.astype(np.intp)
+    message = repeat('","cat":"message","id":')
     return list(map("".join, zip(
-        _FLOW_S[word].tolist(), producer, map(str.__mod__, map(track.__getitem__, src.tolist()), ids), *_us_pieces(ts),
-        _FLOW_F[word].tolist(), producer, map(str.__mod__, map(track.__getitem__, dst.tolist()), ids), *_us_pieces(tf),
-        repeat("}"))))
+        _FLOW_S[word].tolist(), producer, message, ids, map(track.__getitem__, src), *_us_pieces(ts),
+        _FLOW_F[word].tolist(), producer, message, ids, map(track.__getitem__, dst), *_us_pieces(tf), repeat("}"))))
 
 
 def _num(v: float) -> str:
