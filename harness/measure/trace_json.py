@@ -95,7 +95,7 @@ def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str
     for g in groups.tolist():
         mine = key == g
         rows = np.flatnonzero(mine & consumer).tolist()
-        names = [name[i] for i in rows]
+        names = list(map(name.__getitem__, rows))
         compute = dict(zip(names, rows))
         sends = {name[i][5:]: i for i in np.flatnonzero(mine & sending).tolist()}
         dst = list(compute.values())
@@ -123,7 +123,8 @@ def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str
         dsts += dst
         srcs.append(src)
         producers += producer
-    order = np.argsort(np.array(firsts, dtype=np.int64), kind="stable")
+    firsts = np.array(firsts, dtype=np.int64)
+    order = np.arange(len(firsts)) if (firsts[1:] > firsts[:-1]).all() else np.argsort(firsts, kind="stable")
     src = np.concatenate(srcs)[order] if srcs else np.zeros(0, dtype=np.int64)
     dst = np.array(dsts, dtype=np.int64)[order]
     keep = np.flatnonzero((src >= 0) & (rank[np.maximum(src, 0)] != rank[dst]))
