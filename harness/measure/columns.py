@@ -54,7 +54,8 @@ class Columns:
 
     @cached_property
     def dur(self) -> np.ndarray:
-        return self.end - self.start
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, as Python's float gives it, unremarked
+            return self.end - self.start
 
     @cached_property
     def in_window(self) -> np.ndarray:

@@ -116,7 +116,8 @@ def mean_costs(trace: Trace | Columns, stages: int, tp: bool = False) -> dict[st
     if tp and not c.tp_inside:
         return {}
     rows = np.flatnonzero(c.in_window)
-    values = (c.dur - c.compute_s if tp else c.compute_s)[rows]
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as Python's float gives it, unremarked
+        values = (c.dur - c.compute_s if tp else c.compute_s)[rows]
     kinds = [c.kind[i] for i in rows.tolist()]
     code = {k: i for i, k in enumerate(dict.fromkeys(kinds))}  # the kinds in order of first appearance
     stage = np.array(c.stage, dtype=np.int64)[rows]
