@@ -58,7 +58,8 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
     return from_reports(tp_representatives(run_processes(plan, executor.runner, pids, started, later, pool), tp))
 
 
-def measure(plan: Plan, run: Execution, device_name: str | None = None, columns: Columns | None = None) -> Metrics:
+def measure(plan: Plan, run: Execution, device_name: str | None = None,
+            columns: Columns | None = None) -> Metrics:
     metrics = compute_metrics(plan, run, device_name, columns)
     if plan.config.verify_grads:  # replica 0's: after the all-reduce every replica holds the same
         scale = Precision(plan.config.dtype).loss_scale  # fp16's: the reference's are unscaled
@@ -85,7 +86,8 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     others are complete: a job interrupted here is rerun by resume), then the wandb run. Every
     file is written atomically and fsynced. `columns`: run.trace's."""
     c = plan.config
-    result.trace_json = write_trace_json(out_dir / TRACE, columns, run.memory, c.pp, origin_wall_s=wall_clock_origin(run))
+    result.trace_json = write_trace_json(out_dir / TRACE, columns, run.memory, c.pp,
+                                         origin_wall_s=wall_clock_origin(run))
     last = max(columns.step)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))

@@ -75,13 +75,12 @@ _PASSES = frozenset("FBI")
 
 def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """`messages` as rows of the columns: (source rows, destination rows, the producer's name,
-    whether it is an activation, else a gradient), in the order
-    of the consuming actions' first appearance. Per replica and step, the actions and the sends
-    by name in a dict (a later event of one name replaces an earlier one), looked up a column at
-    a time."""
+    whether it is an activation, else a gradient), in the order of the consuming actions' first
+    appearance. Per replica and step, the actions and the sends by name in a dict (a later event
+    of one name replaces an earlier one), looked up a column at a time."""
     pp = pp or 1
     n = len(c)
-    rank = np.array(c.rank, dtype=np.int64)
+    rank = c.rank_array
     step = np.array(c.step, dtype=np.int64)
     consumer = np.fromiter(map(_PASSES.__contains__, c.kind), bool, n) & np.fromiter(
         map(eq, c.cat, repeat(COMPUTE)), bool, n)
@@ -295,7 +294,7 @@ def _step_spans(c: Columns) -> dict[tuple[int, int], list[float]]:
     Python's min and max meet a NaN (kept where it came first, passed over after)."""
     if not len(c):
         return {}
-    rank, step = np.asarray(c.rank, dtype=np.int64), np.asarray(c.step, dtype=np.int64)
+    rank, step = c.rank_array, np.asarray(c.step, dtype=np.int64)
     order = np.lexsort((step, rank))  # stable: a group's rows in trace order
     rank, step, start, end = rank[order], step[order], c.start[order], c.end[order]
     heads = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])])
@@ -372,7 +371,8 @@ def _actions(c: Columns, rows: slice, pp: int, start: np.ndarray, end: np.ndarra
     `end`: whole_ns of the columns), dur their difference; an action with a time whole_ns does
     not hold formatted alone."""
     cats, ranks, steps, kinds, stages, mbs = (x[rows] for x in (c.cat, c.rank, c.step, c.kind, c.stage, c.microbatch))
-    # the pieces between ts and dur taken from a dict per distinct value: a few of them a step
+    # the pieces that repeat (category and track, step and kind, stage and microbatch numbers)
+    # formatted once per distinct value, then looked up
     track = {k: ',"cat":%s,"pid":%d,"tid":%d,"ts":' % (_q(k[0]), k[1] // pp, k[1]) for k in set(zip(cats, ranks))}
     args = {k: ',"args":{"step":%d,"kind":%s,"stage":' % (k[0], _q(k[1])) for k in set(zip(steps, kinds))}
     number = {v: "%d" % v for v in {*stages, *mbs}}
@@ -457,14 +457,16 @@ def _flows(c: Columns, pp: int, start: np.ndarray, end: np.ndarray, ok: np.ndarr
     ts = np.where(ended, d1 - 1, s)
     tf = np.where(inside, f, ts)
     finite = np.isfinite(c.start) & np.isfinite(c.end)
-    for i in np.flatnonzero(~(ok[src] & ok[dst]) & finite[src] & finite[dst]).tolist():
+    far = np.flatnonzero(~(ok[src] & ok[dst]) & finite[src] & finite[dst]).tolist()  # past whole_ns's range
+    if far:
+        ts, tf = ts.astype(object), tf.astype(object)  # Python ints
+    for i in far:
         at = _flow_times(*(Event(0, 0, "", "", "", 0, 0, float(c.start[j]), float(c.end[j])) for j in (src[i], dst[i])))
-        if at is not None:  # finite, past whole_ns's range: Python ints
+        if at is not None:
             keep[i] = True
-            ts, tf = ts.astype(object), tf.astype(object)
             ts[i], tf[i] = at
     rows = np.flatnonzero(keep)
-    rank = np.asarray(c.rank, dtype=np.int64)
+    rank = c.rank_array
     return rank[src[rows]], rank[dst[rows]], [producer[i] for i in rows.tolist()], activation[rows], ts[rows], tf[rows]
 
 
