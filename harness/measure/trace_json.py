@@ -11,7 +11,7 @@ import time
 from math import isfinite
 from collections import Counter
 from datetime import datetime, timezone
-from itertools import repeat
+from itertools import compress, repeat
 from operator import eq
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -88,7 +88,7 @@ def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str
     sending[sending] = [c.name[i].startswith("send ") for i in np.flatnonzero(sending).tolist()]
     # a group per (replica, step): its rows in trace order
     key = (rank // pp) * (int(step.max() - step.min()) + 1 if n else 1) + (step - (step.min() if n else 0))
-    groups = np.unique(key[consumer | sending]) if n else key
+    groups = key[:1] if n and key.min() == key.max() else np.unique(key[consumer | sending])  # one: a sim's
     firsts, dsts, srcs, producers = [], [], [], []
     name, stage, mb, kind = c.name, c.stage, c.microbatch, c.kind
     for g in groups.tolist():
@@ -123,12 +123,14 @@ def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str
         srcs.append(src)
         producers += producer
     firsts = np.array(firsts, dtype=np.int64)
-    order = np.arange(len(firsts)) if (firsts[1:] > firsts[:-1]).all() else np.argsort(firsts, kind="stable")
-    src = np.concatenate(srcs)[order] if srcs else np.zeros(0, dtype=np.int64)
-    dst = np.array(dsts, dtype=np.int64)[order]
-    keep = np.flatnonzero((src >= 0) & (rank[np.maximum(src, 0)] != rank[dst]))
+    src = np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64)
+    dst = np.array(dsts, dtype=np.int64)
+    if not (firsts[1:] > firsts[:-1]).all():  # groups interleaved in the trace (ranks' steps, replicas)
+        order = np.argsort(firsts, kind="stable")
+        src, dst, producers = src[order], dst[order], [producers[j] for j in order.tolist()]
+    keep = (src >= 0) & (rank[np.maximum(src, 0)] != rank[dst])
     activation = np.fromiter(map(eq, c.kind, repeat("F")), bool, n)[dst[keep]]
-    return src[keep], dst[keep], [producers[j] for j in order[keep].tolist()], activation
+    return src[keep], dst[keep], list(compress(producers, keep.tolist())), activation
 
 
 def iso_utc(t: float) -> str:
