@@ -21,6 +21,7 @@ from harness.runtime.precision import Precision
 from harness.records.atomic import write_json_atomic
 from harness.records.identity import identity_config, provenance
 from harness.records.record import GANTT, RESULT, RUNNING, TRACE, environment
+from harness.measure.columns import Columns
 from harness.measure.trace_json import wall_clock_origin, write_trace_json
 from harness.measure.reference import reference_losses
 from harness.records.result import Metrics, RecordError, Result, measurement_of, read
@@ -57,8 +58,9 @@ def execute(plan: Plan, pids: list[int], out_dir: Path | None = None, later: Exi
     return from_reports(tp_representatives(run_processes(plan, executor.runner, pids, started, later, pool), tp))
 
 
-def measure(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:
-    metrics = compute_metrics(plan, run, device_name)
+def measure(plan: Plan, run: Execution, device_name: str | None = None,
+            columns: Columns | None = None) -> Metrics:
+    metrics = compute_metrics(plan, run, device_name, columns)
     if plan.config.verify_grads:  # replica 0's: after the all-reduce every replica holds the same
         scale = Precision(plan.config.dtype).loss_scale  # fp16's: the reference's are unscaled
         grads = {k: torch.from_numpy(v) / scale for r in run.reports[:plan.config.pp] for k, v in (r.grads or {}).items()}
@@ -78,14 +80,15 @@ def gantt_title(plan: Plan, metrics: Metrics, step: int) -> str:
             + ("" if b.steady_measured is None else f"   with steps overlapped {b.steady_measured:.3f}"))
 
 
-def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, group: str, name: str) -> None:
+def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, group: str, name: str,
+                  columns: Columns) -> None:
     """trace.json and the Gantt of the last step first, then result.json (ok only once the
     others are complete: a job interrupted here is rerun by resume), then the wandb run. Every
-    file is written atomically and fsynced."""
+    file is written atomically and fsynced. `columns`: run.trace's."""
     c = plan.config
-    result.trace_json = write_trace_json(out_dir / TRACE, run.trace, run.memory, c.pp,
+    result.trace_json = write_trace_json(out_dir / TRACE, columns, run.memory, c.pp,
                                          origin_wall_s=wall_clock_origin(run))
-    last = max(e.step for e in run.trace)
+    last = max(columns.step)
     plot_gantt(out_dir / GANTT, run.trace, last, {r: result.plan.layers_label(r, c.pp, c.dp) for r in range(run.ranks)},
                gantt_title(plan, result.metrics, last))
     fault = parse_fault(c.run.fault)
@@ -146,10 +149,11 @@ def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int =
                     return result  # a torchrun/submitit rank other than 0: rank 0 records the job
                 if result.env is not None:
                     result.env.host_load = host_load.host_load(before, None if before is None else host_load.sample())
-                result.metrics = measure(plan, run, result.env.device_name)
+                columns = Columns.of(run.trace)  # read once, by the metrics and by trace.json
+                result.metrics = measure(plan, run, result.env.device_name, columns)
                 result.status, result.error = verdict(plan.config, result.metrics)
                 result.wall_s = time.time() - started
-                write_records(out_dir, result, plan, run, group, name)
+                write_records(out_dir, result, plan, run, group, name, columns)
     except ConfigError:
         raise
     except KeyboardInterrupt:

@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from itertools import compress, repeat
+from operator import eq
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from harness.planning import theory
@@ -30,7 +33,8 @@ from harness.schedules.registry import spec
 from harness.simulate import engine
 from harness.simulate.cost import CostModel
 from harness.simulate.pricing import dp_sync_theory_s
-from harness.measure.trace import TP, Trace, compute_s, events_of_step, step_numbers, tp_inside
+from harness.measure.columns import Columns
+from harness.measure.trace import TP, Trace
 
 
 def window(trace: Trace) -> tuple[float, float]:
@@ -38,33 +42,48 @@ def window(trace: Trace) -> tuple[float, float]:
     return min(e.start for e in ev), max(e.end for e in ev)
 
 
-def bubble_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> list[float]:
+# The figures below read the trace a column at a time (harness/measure/columns.py: no Python call
+# per event, issue #39); each is the figure the per-event definition gives, to the bit: sums
+# add in trace order (np.bincount adds its weights in order), means are fsum's (order-free),
+# a min or max over a non-finite time is Python's own.
+
+
+def _extreme(pick, values: np.ndarray) -> float:
+    """min or max of `values`, as Python's builtin gives it (ValueError where empty; a NaN
+    counts where it comes first, is passed over after)."""
+    if len(values) and np.isfinite(values).all():
+        return float(np.min(values) if pick is min else np.max(values))
+    return pick(values.tolist())
+
+
+def bubble_per_rank(step_trace: Trace | Columns, ranks: int, pp: int | None = None) -> list[float]:
     """Idle fraction of each rank over one step's window. With dp replicas (global rank =
     replica * pp + pipeline rank) each pipeline has its own window: one replica starting
     late is the gradient sync's cost (dp_sync), not its peers' bubble."""
+    c = _columns(step_trace)
     pp = pp or ranks
-    busy = [0.0] * ranks
-    inside = tp_inside(step_trace)
-    for e in step_trace:
-        if e.in_window:
-            busy[e.rank] += compute_s(e, inside)
+    busy = _busy(c, ranks)
+    replica = c.rank_array // pp
     out = []
     for d in range(ranks // pp):
-        t0, t1 = window([e for e in step_trace if e.rank // pp == d])
+        mine = c.in_window & (replica == d)
+        t0, t1 = _extreme(min, c.start[mine]), _extreme(max, c.end[mine])
         out += [1.0 - busy[r] / (t1 - t0) for r in range(d * pp, (d + 1) * pp)]
     return out
 
 
-def steady_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> list[float]:
+def steady_per_rank(step_trace: Trace | Columns, ranks: int, pp: int | None = None) -> list[float]:
     """Idle fraction of each rank had steps overlapped: 1 - its compute / the longest span of a
     rank of its pipeline (first compute start to last compute end; engine.steady_bubble)."""
+    c = _columns(step_trace)
     pp = pp or ranks
-    busy, first, last = [0.0] * ranks, [float("inf")] * ranks, [0.0] * ranks
-    inside = tp_inside(step_trace)
-    for e in step_trace:
-        if e.in_window:
-            busy[e.rank] += compute_s(e, inside)
-            first[e.rank], last[e.rank] = min(first[e.rank], e.start), max(last[e.rank], e.end)
+    busy = _busy(c, ranks)
+    win = c.in_window
+    # Python's min(first, start) from inf and max(last, end) from 0.0 pass over a NaN, as fmin and fmax do
+    first, last = np.full(ranks, np.inf), np.zeros(ranks)
+    np.fmin.at(first, c.rank_array[win], c.start[win])
+    np.fmax.at(last, c.rank_array[win], c.end[win])
+    first, last = first.tolist(), last.tolist()
     out = []
     for d in range(ranks // pp):
         mine = range(d * pp, (d + 1) * pp)
@@ -73,25 +92,44 @@ def steady_per_rank(step_trace: Trace, ranks: int, pp: int | None = None) -> lis
     return out
 
 
-def step_time(step_trace: Trace) -> float:
+def _columns(trace: Trace | Columns) -> Columns:
+    return trace if isinstance(trace, Columns) else Columns.of(trace)
+
+
+def _busy(c: Columns, ranks: int) -> list[float]:
+    """Each rank's compute seconds in the window (summed in trace order)."""
+    win = c.in_window
+    return np.bincount(c.rank_array[win], weights=c.compute_s[win], minlength=ranks)[:ranks].tolist()
+
+
+def step_time(step_trace: Trace | Columns) -> float:
     """Whole step, optimizer included: first event start to last event end, any rank."""
-    return max(e.end for e in step_trace) - min(e.start for e in step_trace)
+    c = _columns(step_trace)
+    return _extreme(max, c.end) - _extreme(min, c.start)
 
 
-def mean_costs(trace: Trace, stages: int, tp: bool = False) -> dict[str, list[float]]:
+def mean_costs(trace: Trace | Columns, stages: int, tp: bool = False) -> dict[str, list[float]]:
     """Measured mean compute seconds per stage and action kind, over the trace's compute
     actions (their TP collectives left out); tp=True: the mean seconds of the TP collectives
     inside them instead ({} where none were traced)."""
-    inside = tp_inside(trace)
-    if tp and not inside:
+    c = _columns(trace)
+    if tp and not c.tp_inside:
         return {}
-    acc: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for e in trace:
-        if e.in_window:
-            own = compute_s(e, inside)
-            acc[(e.kind, e.stage)].append(e.dur - own if tp else own)
-    return {k: [statistics.fmean(acc[(k, s)]) if acc[(k, s)] else 0.0 for s in range(stages)]
-            for k in {k for k, _ in acc}}
+    rows = np.flatnonzero(c.in_window)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as Python's float gives it, unremarked
+        values = (c.dur - c.compute_s if tp else c.compute_s)[rows]
+    kinds = [c.kind[i] for i in rows.tolist()]
+    code = {k: i for i, k in enumerate(dict.fromkeys(kinds))}  # the kinds in order of first appearance
+    stage = np.array(c.stage, dtype=np.int64)[rows]
+    ok = (stage >= 0) & (stage < stages)
+    group = (np.fromiter(map(code.__getitem__, kinds), np.int64, len(kinds)) * stages + stage)[ok]
+    order = np.argsort(group, kind="stable")
+    ids, heads, counts = np.unique(group[order], return_index=True, return_counts=True)
+    values = values[ok][order]
+    mean = {g: math.fsum(values[h:h + n].tolist()) / n for g, h, n in zip(ids.tolist(), heads.tolist(),
+                                                                         counts.tolist())}
+    # a set built as the per-event version builds it: its order is the dict's (and the record's)
+    return {k: [mean.get(code[k] * stages + s, 0.0) for s in range(stages)] for k in {k for k in code}}
 
 
 def hop_latency(trace: Trace) -> float | None:
@@ -315,16 +353,22 @@ def _inflight(plan: Plan, rank: int) -> int:
     return max(sum(h) for h in plan.replays[rank].helds)
 
 
-def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) -> Metrics:
+def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None,
+                    columns: Columns | None = None) -> Metrics:
+    """The run's figures; `columns`: run.trace as Columns, where the caller has them."""
     c = plan.config
     trace = run.trace
-    measured_steps = [s for s in step_numbers(trace) if s >= c.warmup_steps]
+    cols = Columns.of(trace) if columns is None else columns
+    step = np.array(cols.step, dtype=np.int64)
+    measured_steps = [s for s in sorted(set(cols.step)) if s >= c.warmup_steps]
     repeats = run.step_repeats  # executor=sim: one measured step stands for every identical one
-    steps = [events_of_step(trace, s) for s in measured_steps]  # one pass each, read three times below
+    steps = [cols.take(step == s) for s in measured_steps]
     times = [step_time(t) for t in steps] * repeats
-    measured_trace = [e for e in trace if e.step >= c.warmup_steps]
+    measured = step >= c.warmup_steps
+    measured_trace = trace if measured.all() else list(compress(trace, measured.tolist()))
+    measured_cols = cols.take(measured)
     st = statistics.median(times)
-    costs = mean_costs(measured_trace, len(plan.stage_layers))
+    costs = mean_costs(measured_cols, len(plan.stage_layers))
     # measured compute per microbatch of each stage: F + B (or F + I + W)
     stage_times = [sum(v[s] for v in costs.values()) for s in range(len(plan.stage_layers))]
     sync = dp_sync(plan, measured_trace, measured_steps)
@@ -332,7 +376,7 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     tp_comm = _sync_s(measured_trace, measured_steps, "", TP) if c.tp > 1 and any(
         e.cat == TP for e in measured_trace) else None
     samples = c.microbatches * c.microbatch_size * c.dp
-    bubble, hop = _bubble(plan, run, steps, repeats, costs, measured_trace)
+    bubble, hop = _bubble(plan, run, steps, repeats, costs, measured_trace, measured_cols)
     seq = getattr(c.model, "seq", None)
     t_lo, t_hi, coverage = median_interval(times)
     simulated = repeats > 1 or plan.simulated  # every step alike: the interval is a point, held exactly
@@ -356,7 +400,8 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
         dp_sync_share=None if sync is None else sync / st,
         dp_sync_theory_s=dp_sync_theory_s(plan.sim_cost(), plan.compiled.owner, c.pp),
         memory=_memory(plan, run),
-        recompute_s=sum(e.dur for e in measured_trace if e.kind == "R") / len(measured_steps),
+        recompute_s=sum(measured_cols.dur[np.fromiter(map(eq, measured_cols.kind, repeat("R")), bool,
+                                                      len(measured_cols))].tolist()) / len(measured_steps),
         p2p_hop_s=hop,
         stage_time_s=stage_times,
         measured_imbalance=max(stage_times) / statistics.fmean(stage_times) if any(stage_times) else None,
@@ -368,8 +413,8 @@ def compute_metrics(plan: Plan, run: Execution, device_name: str | None = None) 
     )
 
 
-def _bubble(plan: Plan, run: Execution, steps: list[Trace], repeats: int, costs: dict[str, list[float]],
-            measured_trace: Trace) -> tuple[Bubble, float | None]:
+def _bubble(plan: Plan, run: Execution, steps: list[Columns], repeats: int, costs: dict[str, list[float]],
+            measured_trace: Trace, measured_cols: Columns) -> tuple[Bubble, float | None]:
     """The bubble measured (each measured step's events: `steps`), simulated on the measured
     costs, in theory, and why (attribution); and the measured hop (None: none measured)."""
     pp = plan.config.pp
@@ -390,7 +435,7 @@ def _bubble(plan: Plan, run: Execution, steps: list[Trace], repeats: int, costs:
                                                     fwd_hop_s=None, bwd_hop_s=None)
     no_comm = simulated_bubble(plan, own.without_comm())
     # tp > 1: the TP collectives measured inside each action join the simulation with communication
-    tp = {} if plan.simulated else mean_costs(measured_trace, len(plan.stage_layers), tp=True)
+    tp = {} if plan.simulated else mean_costs(measured_cols, len(plan.stage_layers), tp=True)
     if tp:
         with_comm = with_tp(with_comm, tp)
         simulated, steady_simulated = bubbles_less_tp(plan, with_comm, tp)

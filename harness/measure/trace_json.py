@@ -11,10 +11,14 @@ import time
 from math import isfinite
 from collections import Counter
 from datetime import datetime, timezone
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import eq
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+import numpy as np
+
+from harness.measure.columns import Columns, whole_ns
 from harness.measure.trace import COMPUTE, Event, Trace
 from harness.records.jsonsafe import strict
 from harness.records.atomic import write_atomic
@@ -60,28 +64,73 @@ def messages(trace: Trace, pp: int) -> list[tuple[Event, Event, str]]:
     without send costs, a send torch fused with a receive); the destination is the consuming
     action (its data has arrived when it starts). A hand-off between stages of one rank is no
     message; a message whose end the trace lacks (a capped trace) is left out."""
+    src, dst, producer, activation = _message_rows(Columns.of(trace), pp)
+    return [(trace[i], trace[j], ("activation " if a else "gradient ") + p)
+            for i, j, p, a in zip(src.tolist(), dst.tolist(), producer, activation.tolist())]
+
+
+# the actions that receive a message: an F its activation, a B or I its input gradient
+_PASSES = frozenset("FBI")
+
+
+def _message_rows(c: Columns, pp: int) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """`messages` as rows of the columns: (source rows, destination rows, the producer's name,
+    whether it is an activation, else a gradient), in the order of the consuming actions' first
+    appearance. Per replica and step, the actions and the sends by name in a dict (a later event
+    of one name replaces an earlier one), looked up a column at a time."""
     pp = pp or 1
-    compute: dict[tuple[int, int, str], Event] = {}
-    sends: dict[tuple[int, int, str], Event] = {}
-    for e in trace:
-        if e.cat == COMPUTE and e.kind in ("F", "B", "I"):
-            compute[(e.rank // pp, e.step, e.name)] = e
-        elif e.kind == "send" and e.name.startswith("send "):
-            sends[(e.rank // pp, e.step, e.name[5:])] = e
-    out = []
-    for (replica, step, _), e in compute.items():
-        s, mb = e.stage, e.microbatch
-        if e.kind == "F":
-            what, producers = "activation", (f"{s - 1}F{mb}",)
-        else:
-            what, producers = "gradient", (f"{s + 1}B{mb}", f"{s + 1}I{mb}")
-        for p in producers:
-            source = sends.get((replica, step, p)) or compute.get((replica, step, p))
-            if source is not None:
-                if source.rank != e.rank:
-                    out.append((source, e, f"{what} {p}"))
-                break
-    return out
+    n = len(c)
+    rank = c.rank_array
+    step = np.array(c.step, dtype=np.int64)
+    consumer = np.fromiter(map(_PASSES.__contains__, c.kind), bool, n) & np.fromiter(
+        map(eq, c.cat, repeat(COMPUTE)), bool, n)
+    sending = np.fromiter(map(eq, c.kind, repeat("send")), bool, n)
+    sending[sending] = [c.name[i].startswith("send ") for i in np.flatnonzero(sending).tolist()]
+    # a group per (replica, step): its rows in trace order
+    key = (rank // pp) * (int(step.max() - step.min()) + 1 if n else 1) + (step - (step.min() if n else 0))
+    groups = key[:1] if n and key.min() == key.max() else np.unique(key[consumer | sending])  # one: a sim's
+    firsts, dsts, srcs, producers = [], [], [], []
+    name, stage, mb, kind = c.name, c.stage, c.microbatch, c.kind
+    for g in groups.tolist():
+        mine = key == g
+        rows = np.flatnonzero(mine & consumer).tolist()
+        names = list(map(name.__getitem__, rows))
+        compute = dict(zip(names, rows))
+        sends = {name[i][5:]: i for i in np.flatnonzero(mine & sending).tolist()}
+        dst = list(compute.values())
+        # the key's first row orders the messages (the last is its event); they differ for a name twice
+        first = dst if len(compute) == len(rows) else list(map(dict(zip(names[::-1], rows[::-1])).__getitem__, compute))
+
+        def find(names: list[str]) -> np.ndarray:
+            """The source of each producer name: its send, else its action, else -1."""
+            found = np.fromiter(map(compute.get, names, repeat(-1)), np.int64, len(names))
+            if sends:
+                sent = np.fromiter(map(sends.get, names, repeat(-1)), np.int64, len(names))
+                found = np.where(sent >= 0, sent, found)
+            return found
+
+        producer = [f"{stage[i] - 1}F{mb[i]}" if kind[i] == "F" else f"{stage[i] + 1}B{mb[i]}" for i in dst]
+        src = find(producer)
+        # a gradient whose B is not there comes from an I (zero-bubble schedules split B)
+        retry = [j for j in np.flatnonzero(src < 0).tolist() if kind[dst[j]] != "F"]
+        if retry:
+            second = [f"{stage[dst[j]] + 1}I{mb[dst[j]]}" for j in retry]
+            src[retry] = find(second)
+            for j, p in zip(retry, second):
+                producer[j] = p
+        firsts += first
+        dsts += dst
+        srcs.append(src)
+        producers += producer
+    firsts = np.array(firsts, dtype=np.int64)
+    src = np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64)
+    dst = np.array(dsts, dtype=np.int64)
+    if not (firsts[1:] > firsts[:-1]).all():  # groups interleaved in the trace (ranks' steps, replicas)
+        order = np.argsort(firsts, kind="stable")
+        src, dst, producers = src[order], dst[order], [producers[j] for j in order.tolist()]
+    keep = (src >= 0) & (rank[np.maximum(src, 0)] != rank[dst])
+    activation = np.fromiter(map(eq, c.kind, repeat("F")), bool, n)[dst[keep]]
+    return src[keep], dst[keep], list(compress(producers, keep.tolist())), activation
 
 
 def iso_utc(t: float) -> str:
@@ -110,24 +159,23 @@ def wall_clock_origin(run: "Execution") -> float | None:
     return (wall - (mono - origin)) / 1e9
 
 
-def _clock(trace: Trace, origin_wall_s: float | None, written_s: float) -> dict:
+def _clock(c: Columns, origin_wall_s: float | None, written_s: float) -> dict:
     """trace.json's wall-clock fields: the wall-clock time at ts 0 and at step 0's first event,
     and where they come from. Without an anchor, they are estimated when the file is written:
     that time minus the trace's last event, so late by what happened between (measuring)."""
-    def extreme(pick, values):  # max or min, the non-finite left out (looked for only when one came out)
-        v = pick(values(), default=0.0)
-        return v if _finite(v) else pick((x for x in values() if _finite(x)), default=0.0)
+    def extreme(pick, values: np.ndarray) -> float:  # max or min of the finite ones (0.0: none)
+        values = values[np.isfinite(values)]
+        return float(pick(values)) if len(values) else 0.0
 
     if origin_wall_s is not None:
         source = "anchor: the recording process's wall clock against its monotonic clock (rank 0's)"
     else:
-        origin_wall_s = written_s - extreme(max, lambda: (e.end for e in trace))
+        origin_wall_s = written_s - extreme(np.max, c.end)
         source = ("estimated when trace.json was written: that time minus the trace's last event "
                   "(late by the time between them, measuring)")
-    step0 = any(e.step == 0 for e in trace)
+    step0 = np.asarray(c.step) == 0
     return {"ts_origin_wall_clock": iso_utc(origin_wall_s),
-            "step0_wall_clock": iso_utc(origin_wall_s + extreme(min, lambda: (e.start for e in trace if e.step == 0)))
-            if step0 else None,
+            "step0_wall_clock": iso_utc(origin_wall_s + extreme(np.min, c.start[step0])) if step0.any() else None,
             "wall_clock_source": source}
 
 
@@ -142,7 +190,7 @@ def peaks_per_step(memory: list[MemorySample]) -> dict[int, dict[int, int]]:
     return out
 
 
-def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), pp: int = 0,
+def write_trace_json(path: Path, trace: Trace | Columns, memory: list[MemorySample] = (), pp: int = 0,
                      max_events: int | None = MAX_TRACE_EVENTS, origin_wall_s: float | None = None) -> dict:
     """Chrome trace-event JSON (Perfetto, chrome://tracing): one process per dp replica, one
     track per rank in it, one complete event (ph X) per action, and a counter track (ph C) per
@@ -169,44 +217,47 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     backwards while they fit, each with its memory samples; earlier steps are dropped. If the
     last step alone is over the cap, it alone is written, cut to its first `max_events` events
     in time order (`truncated_step`). Step slices and flows are drawn from the events kept.
+    `trace` may come as its Columns (a caller that has them: the job, for its metrics too).
     Returns what was kept, also written in the file under `otherData.trace_cap`:
     {"steps_kept": [...], "steps_dropped": n, "events_written": n, "events_dropped": n,
     "max_events": cap, "truncated_step": step or None}."""
     written_s = time.time()
     memory = list(memory)
-    ranks = sorted({e.rank for e in trace} | {m[0] for m in memory})
+    cols = trace if isinstance(trace, Columns) else Columns.of(trace)
+    ranks = sorted(set(cols.rank) | {m[0] for m in memory})
     pp = pp or len(ranks) or 1
-    clock = _clock(trace, origin_wall_s, written_s)
+    clock = _clock(cols, origin_wall_s, written_s)
     peaks = peaks_per_step(memory)
-    trace, memory, cap = _capped(trace, memory, max_events)
-    flows = [(src, dst, what, at) for src, dst, what in messages(trace, pp)
-             if (at := _flow_times(src, dst)) is not None]
+    cols, memory, cap = _capped(cols, memory, max_events)
+    start, start_ok = whole_ns(cols.start)
+    end, end_ok = whole_ns(cols.end)
+    flows = _flows(cols, pp, start, end, start_ok & end_ok)
     nranks = max(ranks) + 1 if ranks else 0
-    other = {"trace_cap": cap, **clock, "flows": len(flows), "peak_activation_bytes_per_step": {
+    other = {"trace_cap": cap, **clock, "flows": len(flows[0]), "peak_activation_bytes_per_step": {
         str(s): [by_rank.get(r) for r in range(nranks)] for s, by_rank in sorted(peaks.items())}}
     compact = {"separators": (",", ":")}
     # the head stays one line: read_trace_meta reads otherData from it alone
     head = '{"displayTimeUnit":"ms","otherData":%s,"metadata":%s,"traceEvents":[\n' % (
         json.dumps(strict(other), **compact), json.dumps(clock, **compact))
     n = 20_000  # events formatted and written at a time: no second copy of the whole file in memory
-    chunks = [(_actions, trace[i:i + n]) for i in range(0, len(trace), n)] + [
-        (_samples, memory[i:i + n]) for i in range(0, len(memory), n)]
 
     def write(out: IO) -> None:
         out.write(head)
         sep = ""
         # step slices before the actions: of an action and its step slice of one start and length
         # (a rank's only event in a step), a viewer puts the first in the file outside
-        for lines in (_track_names(ranks, pp), _step_slices(_step_spans(trace), pp)):
+        for lines in (_track_names(ranks, pp), _step_slices(_step_spans(cols), pp)):
             for line in lines:
                 out.write(sep + line)
                 sep = ",\n"
-        for fmt, items in chunks:
-            out.write(sep + ",\n".join(fmt(items, pp)))
+        for i in range(0, len(cols), n):
+            out.write(sep + ",\n".join(_actions(cols, slice(i, i + n), pp, start, end, start_ok, end_ok)))
             sep = ",\n"
-        lines = _flow_lines(flows, pp)
-        for i in range(0, len(lines), n):
-            out.write(sep + ",\n".join(lines[i:i + n]))
+        for i in range(0, len(memory), n):
+            out.write(sep + ",\n".join(_samples(memory[i:i + n], pp)))
+            sep = ",\n"
+        for i in range(0, len(flows[0]), n):
+            out.write(sep + ",\n".join(_flow_lines(flows, slice(i, i + n), pp)))
             sep = ",\n"
         out.write("\n]}\n")
 
@@ -214,47 +265,71 @@ def write_trace_json(path: Path, trace: Trace, memory: list[MemorySample] = (), 
     return cap
 
 
-def _capped(trace: Trace, memory: list[MemorySample], max_events: int | None
-            ) -> tuple[Trace, list[MemorySample], dict]:
+def _capped(c: Columns, memory: list[MemorySample], max_events: int | None
+            ) -> tuple[Columns, list[MemorySample], dict]:
     """The events kept under the cap (write_trace_json says which), and what was kept."""
-    count = Counter(map(attrgetter("step"), trace))
+    count = Counter(c.step)
     count.update(m[1] for m in memory)
     steps_kept, truncated = _trace_steps(count, max_events)
-    total = len(trace) + len(memory)
+    total = len(c) + len(memory)
     if len(steps_kept) < len(count) or truncated is not None:
         keep = set(steps_kept)
-        trace = [e for e in trace if e.step in keep]
+        c = c.take(np.fromiter(map(keep.__contains__, c.step), bool, len(c)))
         memory = [m for m in memory if m[1] in keep]
         if truncated is not None:  # the step's first max_events events, X and C together, in time order
-            first = sorted([(e.start, 0, i) for i, e in enumerate(trace)]
+            first = sorted([(t, 0, i) for i, t in enumerate(c.start.tolist())]
                            + [(m[2], 1, i) for i, m in enumerate(memory)])[:max(max_events, 0)]
-            trace = [trace[i] for i in sorted(i for _, k, i in first if k == 0)]
+            rows = np.zeros(len(c), dtype=bool)
+            rows[[i for _, k, i in first if k == 0]] = True
+            c = c.take(rows)
             memory = [memory[i] for i in sorted(i for _, k, i in first if k == 1)]
-    written = len(trace) + len(memory)
-    return trace, memory, {"steps_kept": steps_kept, "steps_dropped": len(count) - len(steps_kept),
-                           "events_written": written, "events_dropped": total - written, "max_events": max_events,
-                           "truncated_step": truncated}
+    written = len(c) + len(memory)
+    return c, memory, {"steps_kept": steps_kept, "steps_dropped": len(count) - len(steps_kept),
+                       "events_written": written, "events_dropped": total - written, "max_events": max_events,
+                       "truncated_step": truncated}
 
 
-def _step_spans(trace: Trace) -> dict[tuple[int, int], list[float]]:
-    """(rank, step) -> [first start, last end] of its events: where its step slice goes."""
-    spans: dict[tuple[int, int], list[float]] = {}
-    for e in trace:
-        span = spans.get((e.rank, e.step))
-        if span is None:
-            spans[(e.rank, e.step)] = [e.start, e.end]
-        else:
-            span[0], span[1] = min(span[0], e.start), max(span[1], e.end)
-    return {k: v for k, v in spans.items() if _finite(*v)}
+def _step_spans(c: Columns) -> dict[tuple[int, int], list[float]]:
+    """(rank, step) -> [first start, last end] of its events: where its step slice goes; only
+    the finite ones. Per (rank, step) group of rows at once where all its times are finite (then
+    min and max do not depend on the order); a group with a non-finite time event by event, as
+    Python's min and max meet a NaN (kept where it came first, passed over after)."""
+    if not len(c):
+        return {}
+    rank, step = c.rank_array, np.asarray(c.step, dtype=np.int64)
+    order = np.lexsort((step, rank))  # stable: a group's rows in trace order
+    rank, step, start, end = rank[order], step[order], c.start[order], c.end[order]
+    heads = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])])
+    bounds = np.r_[heads, len(order)]
+    finite = np.isfinite(start) & np.isfinite(end)
+    whole = np.logical_and.reduceat(finite, heads)
+    lo, hi = np.minimum.reduceat(start, heads), np.maximum.reduceat(end, heads)
+    spans = {}
+    for g, (r, s) in enumerate(zip(rank[heads].tolist(), step[heads].tolist())):
+        if whole[g]:
+            spans[(r, s)] = [float(lo[g]), float(hi[g])]
+            continue
+        span = None
+        for t0, t1 in zip(start[bounds[g]:bounds[g + 1]].tolist(), end[bounds[g]:bounds[g + 1]].tolist()):
+            span = [t0, t1] if span is None else [min(span[0], t0), max(span[1], t1)]
+        if _finite(*span):
+            spans[(r, s)] = span
+    return spans
 
 
-# One event a line, formatted here rather than built as dicts for json.dumps: 2x faster.
-# Strings escaped and quoted as json.dumps does (_q). ts and dur in microseconds, each a whole
-# number of nanoseconds (_us); a non-finite time or value is written as null (_num).
+# One event a line, each line joined from its pieces a column at a time (C-level map and zip,
+# no Python call per event: issue #39). Strings escaped and quoted as json.dumps does (_q). ts
+# and dur in microseconds, each a whole number of nanoseconds (_us); a non-finite time or value
+# is written as null (_num).
 _q = json.encoder.encode_basestring_ascii
 _X = ('{"ph":"X","name":%s,"cat":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":{"step":%d,"kind":%s,"stage":%d,'
       '"microbatch":%d}}')
 _C = '{"ph":"C","name":"activations rank %d","pid":%d,"tid":%d,"ts":%s,"args":{"MiB":%s}}'
+_THOUSANDTHS = np.array([".%03d" % i for i in range(1000)], dtype=object)
+# a flow's line up to its producer's name: [gradient, activation]
+_FLOW_S = np.array(['{"ph":"s","name":"gradient ', '{"ph":"s","name":"activation '], dtype=object)
+_FLOW_F = np.array(['},\n{"ph":"f","bp":"e","name":"gradient ', '},\n{"ph":"f","bp":"e","name":"activation '],
+                   dtype=object)
 
 
 def _ns(t: float) -> int | None:
@@ -273,6 +348,16 @@ def _us(ns: int | None) -> str:
     return "-%d.%03d" % divmod(-ns, 1000)
 
 
+def _us_pieces(ns: np.ndarray) -> tuple[list[str], list[str]]:
+    """_us of each of an array of whole nanoseconds (int64, or object: Python ints) as two
+    pieces to join: the whole microseconds, signed, and ".fff"."""
+    mag = np.abs(ns)
+    whole = list(map(str, (mag // 1000).tolist()))  # np.divmod has no object loop
+    for i in np.flatnonzero(ns < 0).tolist():
+        whole[i] = "-" + whole[i]
+    return whole, _THOUSANDTHS[(mag % 1000).astype(np.intp)].tolist()
+
+
 def _track_names(ranks: list[int], pp: int) -> list[str]:
     """Metadata events: a process per dp replica, a thread (track) per rank."""
     compact = {"separators": (",", ":")}
@@ -282,19 +367,35 @@ def _track_names(ranks: list[int], pp: int) -> list[str]:
                                "args": {"name": f"rank {r} (pipeline rank {r % pp})"}}, **compact) for r in ranks]
 
 
-def _actions(evs: Trace, pp: int) -> list[str]:
-    """A complete event (X) per action: its start and end rounded to ns, dur their difference."""
-    out = []
-    append, q, us = out.append, _q, _us  # locals: this runs once per action
-    for e in evs:
-        t0, t1 = e.start, e.end
-        if isfinite(t0) and isfinite(t1):
+def _actions(c: Columns, rows: slice, pp: int, start: np.ndarray, end: np.ndarray, start_ok: np.ndarray,
+             end_ok: np.ndarray) -> list[str]:
+    """A complete event (X) per action of `rows`: its start and end rounded to ns (`start`,
+    `end`: whole_ns of the columns), dur their difference; an action with a time whole_ns does
+    not hold formatted alone."""
+    cats, ranks, steps, kinds, stages, mbs = (x[rows] for x in (c.cat, c.rank, c.step, c.kind, c.stage, c.microbatch))
+    # the pieces that repeat (category and track, step and kind, stage and microbatch numbers)
+    # formatted once per distinct value, then looked up
+    track = {k: ',"cat":%s,"pid":%d,"tid":%d,"ts":' % (_q(k[0]), k[1] // pp, k[1]) for k in set(zip(cats, ranks))}
+    args = {k: ',"args":{"step":%d,"kind":%s,"stage":' % (k[0], _q(k[1])) for k in set(zip(steps, kinds))}
+    number = {v: "%d" % v for v in {*stages, *mbs}}
+    ts = _us_pieces(start[rows])
+    dur = _us_pieces(end[rows] - start[rows])
+    lines = list(map("".join, zip(
+        repeat('{"ph":"X","name":'), map(_q, c.name[rows]), map(track.__getitem__, zip(cats, ranks)), *ts,
+        repeat(',"dur":'), *dur, map(args.__getitem__, zip(steps, kinds)), map(number.__getitem__, stages),
+        repeat(',"microbatch":'), map(number.__getitem__, mbs), repeat("}}"))))
+    first = rows.start or 0
+    for i in np.flatnonzero(~(start_ok[rows] & end_ok[rows])).tolist():
+        j = first + i
+        t0, t1 = float(c.start[j]), float(c.end[j])
+        if isfinite(t0) and isfinite(t1):  # finite, past whole_ns's range
             t0, t1 = round(t0 * 1e9), round(t1 * 1e9)
-            ts, dur = us(t0), us(t1 - t0)
+            ts, dur = _us(t0), _us(t1 - t0)
         else:
-            ts, dur = us(_ns(t0)), "null"
-        append(_X % (q(e.name), q(e.cat), e.rank // pp, e.rank, ts, dur, e.step, q(e.kind), e.stage, e.microbatch))
-    return out
+            ts, dur = _us(_ns(t0)), "null"
+        lines[i] = _X % (_q(c.name[j]), _q(c.cat[j]), c.rank[j] // pp, c.rank[j], ts, dur, c.step[j], _q(c.kind[j]),
+                         c.stage[j], c.microbatch[j])
+    return lines
 
 
 def _samples(samples: list[MemorySample], pp: int) -> list[str]:
@@ -324,7 +425,7 @@ def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
     point in the consumer at that moment, or, where the consumer ended first, from the point in
     the send at the consumer's end. None where the two share no moment and the consumer ended
     before the send began (two hosts' clocks further apart than their offset estimate), or
-    where a time is not finite."""
+    where a time is not finite. (`_flows` does the same a column at a time.)"""
     s0, s1, d0, d1 = src.start, src.end, dst.start, dst.end
     if not (isfinite(s0) and isfinite(s1) and isfinite(d0) and isfinite(d1)):
         return None
@@ -339,14 +440,51 @@ def _flow_times(src: Event, dst: Event) -> tuple[int, int] | None:
     return None
 
 
-def _flow_lines(flows: list[tuple[Event, Event, str, tuple[int, int]]], pp: int) -> list[str]:
-    """A flow (s and f: two lines in one string) per message, at `_flow_times`. Names are a word
-    and an action's numbers and letter: nothing to escape."""
-    sf = ('{"ph":"s","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s},\n'
-          '{"ph":"f","bp":"e","name":"%s","cat":"message","id":%d,"pid":%d,"tid":%d,"ts":%s}')
-    us = _us
-    return [sf % (what, i, src.rank // pp, src.rank, us(ts), what, i, dst.rank // pp, dst.rank, us(tf))
-            for i, (src, dst, what, (ts, tf)) in enumerate(flows, 1)]
+# flows as (source ranks, destination ranks, the producer's name, whether an activation (else a
+# gradient), s, f): s and f in ns
+Flows = tuple[np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]
+
+
+def _flows(c: Columns, pp: int, start: np.ndarray, end: np.ndarray, ok: np.ndarray) -> Flows:
+    """Every message (`_message_rows`) at `_flow_times`, the ones it gives None left out: its
+    cases as masks over the messages (`start`, `end`: whole_ns of the columns, `ok` where both
+    hold); a message with a time past whole_ns's range alone."""
+    src, dst, producer, activation = _message_rows(c, pp)
+    s0, s1, d0, d1 = start[src], end[src], start[dst], end[dst]
+    s, f = np.maximum(s1 - 1, s0), np.minimum(d0 + 1, d1)
+    inside = f >= s
+    running = ~inside & (d1 - 1 >= s)  # the consumer was running when the send ended
+    ended = ~inside & ~running & (d1 - 1 >= s0 + 1)  # the consumer ended while the send was on
+    keep = (inside | running | ended) & ok[src] & ok[dst]
+    ts = np.where(ended, d1 - 1, s)
+    tf = np.where(inside, f, ts)
+    finite = np.isfinite(c.start) & np.isfinite(c.end)
+    far = np.flatnonzero(~(ok[src] & ok[dst]) & finite[src] & finite[dst]).tolist()  # past whole_ns's range
+    if far:
+        ts, tf = ts.astype(object), tf.astype(object)  # Python ints
+    for i in far:
+        at = _flow_times(*(Event(0, 0, "", "", "", 0, 0, float(c.start[j]), float(c.end[j])) for j in (src[i], dst[i])))
+        if at is not None:
+            keep[i] = True
+            ts[i], tf[i] = at
+    rows = np.flatnonzero(keep)
+    rank = c.rank_array
+    return rank[src[rows]], rank[dst[rows]], [producer[i] for i in rows.tolist()], activation[rows], ts[rows], tf[rows]
+
+
+def _flow_lines(flows: Flows, rows: slice, pp: int) -> list[str]:
+    """A flow (s and f: two lines in one string, ids from 1) per message of `rows`. Names are a
+    word and an action's numbers and letter: nothing to escape."""
+    src, dst, producer, activation, ts, tf = (x[rows] for x in flows)
+    src, dst = src.tolist(), dst.tolist()
+    track = {r: ',"pid":%d,"tid":%d,"ts":' % (r // pp, r) for r in {*src, *dst}}
+    first = (rows.start or 0) + 1
+    ids = list(map(str, range(first, first + len(producer))))
+    word = activation.astype(np.intp)
+    message = repeat('","cat":"message","id":')
+    return list(map("".join, zip(
+        _FLOW_S[word].tolist(), producer, message, ids, map(track.__getitem__, src), *_us_pieces(ts),
+        _FLOW_F[word].tolist(), producer, message, ids, map(track.__getitem__, dst), *_us_pieces(tf), repeat("}"))))
 
 
 def _num(v: float) -> str:
