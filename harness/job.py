@@ -94,7 +94,8 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     write_json_atomic(out_dir / RESULT, result.to_json())
     result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
                                  c.wandb.entity)
-    write_json_atomic(out_dir / RESULT, result.to_json())
+    if result.wandb_dir is not None:  # the record names its wandb run; without one it is the record just written
+        write_json_atomic(out_dir / RESULT, result.to_json())
 
 
 def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0,
