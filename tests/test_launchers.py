@@ -154,6 +154,9 @@ def test_basic_launcher_sweep_writes_sweep_log(tmp_path, monkeypatch, capsys):
         _, job, said = line.split(" ", 2)
         assert said == read(sweep / job / "result.json").headline()
     assert "[harness] job 2/2" in out
+    import gc
+
+    assert gc.get_freeze_count() == 0  # the heap the sweep froze while planning and running is collectable again
 
 
 def test_gpu_counts_for_planning_across_nodes():
