@@ -134,9 +134,10 @@ class Progress(Callback):
         # the job's own headline (harness/frontend/app.py returns that of the record it wrote), else read back
         value = job_return.return_value if getattr(job_return, "status", None) == JobStatus.COMPLETED else None
         said = value.get("headline") if isinstance(value, dict) else None
+        said = said if isinstance(said, str) else headline(out)
         try:
             append_sweep_log(Path(str(config.hydra.sweep.dir)),
-                             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {out.name} {said if isinstance(said, str) else headline(out)}")
+                             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {out.name} {said}")
         except OSError as e:  # the log is a convenience: never a job's failure
             print(f"harness: warning: {SWEEP_LOG}: {e.strerror}", file=sys.stderr)
 
