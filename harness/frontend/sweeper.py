@@ -254,12 +254,13 @@ class Sweeper(HydraSweeper):
         cuda = functools.cache(cuda_devices)  # imports torch: only once a point passes the schema
         if len(points) >= 100:
             print(f"[harness] planning {len(points)} sweep points before the first job", flush=True)
-        bad = []
+        bad, planned = [], False
         for i, p in enumerate(points):
             if (why := self.problem(i, p, cuda)) is not None:
                 bad.append((i, p, why))
-            if i == 0:  # what planning the first point imported (torch, the planner) is no garbage: the
-                gc.freeze()  # collector's full passes over the other points skip it (~0.17 s each here)
+            elif not planned:  # what planning a first point imported (torch, the planner) is no garbage:
+                gc.freeze()  # the collector's full passes over the other points skip it (~0.17 s each here)
+                planned = True
         skip = bool(OmegaConf.select(self.config, "run.skip_invalid", default=False))
         if bad and not skip:
             for _, p, why in bad:
