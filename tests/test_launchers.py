@@ -5,6 +5,7 @@ sbatch file it would submit; there is no SLURM here); progress reaches the conso
 
 from __future__ import annotations
 
+import gc
 import pickle
 import sys
 import time
@@ -154,8 +155,6 @@ def test_basic_launcher_sweep_writes_sweep_log(tmp_path, monkeypatch, capsys):
         _, job, said = line.split(" ", 2)
         assert said == read(sweep / job / "result.json").headline()
     assert "[harness] job 2/2" in out
-    import gc
-
     assert gc.get_freeze_count() == 0  # the heap the sweep froze while planning and running is collectable again
 
 

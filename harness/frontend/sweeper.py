@@ -93,12 +93,12 @@ class FastComposer:
                 return self._copy(master_config, base, parsed, changed)
         cfg = self._loader.load_sweep_config(master_config, overrides)
         self.composed += 1
-        self._templates[shape] = (frozen(cfg), parsed)
+        self._templates[shape] = (snapshot(cfg), parsed)
         return cfg
 
     def _copy(self, master: DictConfig, base: bytes | DictConfig, parsed: list[Override],
               changed: list[Override]) -> DictConfig:
-        cfg = thawed(base)
+        cfg = from_snapshot(base)
         for o in changed:  # as composition sets a plain value
             OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
         app = [o for o in parsed if not o.is_hydra_override()]
@@ -111,7 +111,7 @@ class FastComposer:
         return cfg
 
 
-def frozen(cfg: DictConfig) -> bytes | DictConfig:
+def snapshot(cfg: DictConfig) -> bytes | DictConfig:
     """A snapshot of `cfg` to make copies from: pickled (a copy is then one `pickle.loads`, ~6x
     faster than OmegaConf's node-by-node deepcopy: ~0.6 ms against ~4 ms a sweep point), or a
     deep copy where something in it does not pickle."""
@@ -121,9 +121,9 @@ def frozen(cfg: DictConfig) -> bytes | DictConfig:
         return copy.deepcopy(cfg)
 
 
-def thawed(snapshot: bytes | DictConfig) -> DictConfig:
-    """A fresh, independent copy of a `frozen` snapshot."""
-    return pickle.loads(snapshot) if isinstance(snapshot, bytes) else copy.deepcopy(snapshot)
+def from_snapshot(snap: bytes | DictConfig) -> DictConfig:
+    """A fresh, independent copy of a `snapshot`."""
+    return pickle.loads(snap) if isinstance(snap, bytes) else copy.deepcopy(snap)
 
 
 def override_dirname(overrides: list[Override], exclude_keys: Sequence[str], item_sep: str, kv_sep: str) -> str:
