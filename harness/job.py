@@ -94,10 +94,11 @@ def write_records(out_dir: Path, result: Result, plan: Plan, run: Execution, gro
     fault = parse_fault(c.run.fault)
     maybe_interrupt(fault, "records")
     maybe_fail_write(fault, "records", out_dir / RESULT)
-    write_json_atomic(out_dir / RESULT, result.to_json())
-    result.wandb_dir = log_wandb(result.to_json(), out_dir, group, name, c.wandb.mode, c.wandb.project,
-                                 c.wandb.entity)
-    write_json_atomic(out_dir / RESULT, result.to_json())
+    record = result.to_json()  # one conversion for the file and the wandb run (write_json_atomic copies it)
+    write_json_atomic(out_dir / RESULT, record)
+    result.wandb_dir = log_wandb(record, out_dir, group, name, c.wandb.mode, c.wandb.project, c.wandb.entity)
+    if result.wandb_dir is not None:  # the record names its wandb run; without one it is the record just written
+        write_json_atomic(out_dir / RESULT, result.to_json())
 
 
 def run_job(c: Config, out_dir: Path, group: str, name: str, cuda_devices: int = 0,

@@ -228,6 +228,10 @@ def test_copied_configs_equal_composed_ones():
         for point in points:
             ours, hydras = fast.load_sweep_config(master, point), loader.load_sweep_config(master, point)
             assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(hydras), point
+            for node in (lambda c: c, lambda c: c.hydra, lambda c: c.model):  # the same flags, copied or composed
+                assert (OmegaConf.is_struct(node(ours)), OmegaConf.is_readonly(node(ours))) == \
+                       (OmegaConf.is_struct(node(hydras)), OmegaConf.is_readonly(node(hydras))), point
+            ours.pp = 99  # a job's config is its own: the next copy does not see it
         assert (fast.composed, fast.copied) == (2, 2)
 
 

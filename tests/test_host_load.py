@@ -87,6 +87,35 @@ def test_busy_loops_beside_are_others_and_a_child_is_the_runs_own():
     assert used > 0 and inside.own_cpu_s >= used - tick, (used, inside)  # the child's time is the run's
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_kernels_children_lists_find_the_tree_a_scan_finds(tmp_path):
+    """The run's tree as the kernel's children lists give it (a few files) is the one a scan of
+    every process's parent gives: a child, its child, and a child started from another thread;
+    without the lists (a kernel built without them) the scan is used."""
+    import threading
+
+    from harness.measure.host_load import PROC, _descendants, _scanned, _tree_cpu_s
+
+    kids = [subprocess.Popen(["sh", "-c", "sleep 30 & wait"])]
+    started = threading.Thread(target=lambda: kids.append(subprocess.Popen(["sleep", "30"])))
+    started.start()
+    started.join()
+    try:
+        deadline = time.monotonic() + 5
+        while len(_scanned(os.getpid(), PROC)) < 4 and time.monotonic() < deadline:  # sh's sleep forked
+            time.sleep(0.01)
+        walked = _descendants(os.getpid(), PROC)
+        if walked is None:
+            pytest.skip("this kernel has no /proc/<pid>/task/<tid>/children")
+        assert sorted(walked) == sorted(_scanned(os.getpid(), PROC)) and len(walked) >= 4
+        (tmp_path / str(os.getpid()) / "task").mkdir(parents=True)  # a /proc without the lists
+        assert _descendants(os.getpid(), tmp_path) is None and _tree_cpu_s(os.getpid(), tmp_path) == 0.0
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait(timeout=10)
+
+
 @pytest.mark.dist
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")

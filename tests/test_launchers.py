@@ -5,6 +5,7 @@ sbatch file it would submit; there is no SLURM here); progress reaches the conso
 
 from __future__ import annotations
 
+import gc
 import pickle
 import sys
 import time
@@ -150,7 +151,11 @@ def test_basic_launcher_sweep_writes_sweep_log(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     log = (sweep / SWEEP_LOG).read_text().splitlines()
     assert len(log) == 2 and all("simulated" in line for line in log)
+    for line in log:  # the job's headline as it returned it: its record's, word for word
+        _, job, said = line.split(" ", 2)
+        assert said == read(sweep / job / "result.json").headline()
     assert "[harness] job 2/2" in out
+    assert gc.get_freeze_count() == 0  # the heap the sweep froze while planning and running is collectable again
 
 
 def test_gpu_counts_for_planning_across_nodes():

@@ -117,7 +117,8 @@ def main(cfg: DictConfig) -> dict:
         return outcome
     for note in result.plan.notes if result.plan else []:
         print(f"harness: note: {note}", flush=True)
-    print(f"harness: {result.headline()}", flush=True)
+    outcome["headline"] = result.headline()  # sweep.log's line (harness/frontend/callbacks.py), not read back
+    print(f"harness: {outcome['headline']}", flush=True)
     print(f"harness: records in {out}", flush=True)
     if result.status not in ("ok", "skipped") and not sweep:
         sys.exit(1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -130,9 +131,13 @@ class Progress(Callback):
         if OmegaConf.select(config, "hydra.mode") != RunMode.MULTIRUN or os.environ.get("RANK", "0") != "0":
             return  # a single run; or a rank other than 0 (torchrun, a submitit task): rank 0 records
         out = Path(str(config.hydra.runtime.output_dir))
+        # the job's own headline (harness/frontend/app.py returns that of the record it wrote), else read back
+        value = job_return.return_value if getattr(job_return, "status", None) == JobStatus.COMPLETED else None
+        said = value.get("headline") if isinstance(value, dict) else None
+        said = said if isinstance(said, str) else headline(out)
         try:
             append_sweep_log(Path(str(config.hydra.sweep.dir)),
-                             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {out.name} {headline(out)}")
+                             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {out.name} {said}")
         except OSError as e:  # the log is a convenience: never a job's failure
             print(f"harness: warning: {SWEEP_LOG}: {e.strerror}", file=sys.stderr)
 

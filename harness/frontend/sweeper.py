@@ -25,6 +25,7 @@ import functools
 import gc
 import itertools
 import os
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ class FastComposer:
     def __init__(self, loader: Any) -> None:
         self._loader = loader
         self._parser = OverridesParser.create()
-        self._templates: dict[tuple, tuple[DictConfig, list[Override]]] = {}
+        self._templates: dict[tuple, tuple[bytes | DictConfig, list[Override]]] = {}
         self._kept: dict[tuple, DictConfig] = {}
         self._groups = set(loader.list_groups(""))  # top-level config groups: `model=gpt` is no value
         self.composed = self.copied = 0  # how many of each (tests, timing)
@@ -92,12 +93,12 @@ class FastComposer:
                 return self._copy(master_config, base, parsed, changed)
         cfg = self._loader.load_sweep_config(master_config, overrides)
         self.composed += 1
-        self._templates[shape] = (copy.deepcopy(cfg), parsed)
+        self._templates[shape] = (snapshot(cfg), parsed)
         return cfg
 
-    def _copy(self, master: DictConfig, base: DictConfig, parsed: list[Override],
+    def _copy(self, master: DictConfig, base: bytes | DictConfig, parsed: list[Override],
               changed: list[Override]) -> DictConfig:
-        cfg = copy.deepcopy(base)
+        cfg = from_snapshot(base)
         for o in changed:  # as composition sets a plain value
             OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
         app = [o for o in parsed if not o.is_hydra_override()]
@@ -108,6 +109,21 @@ class FastComposer:
         OmegaConf.copy_cache(from_config=master, to_config=cfg)
         self.copied += 1
         return cfg
+
+
+def snapshot(cfg: DictConfig) -> bytes | DictConfig:
+    """A snapshot of `cfg` to make copies from: pickled (a copy is then one `pickle.loads`, ~6x
+    faster than OmegaConf's node-by-node deepcopy: ~0.6 ms against ~4 ms a sweep point), or a
+    deep copy where something in it does not pickle."""
+    try:
+        return pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return copy.deepcopy(cfg)
+
+
+def from_snapshot(snap: bytes | DictConfig) -> DictConfig:
+    """A fresh, independent copy of a `snapshot`."""
+    return pickle.loads(snap) if isinstance(snap, bytes) else copy.deepcopy(snap)
 
 
 def override_dirname(overrides: list[Override], exclude_keys: Sequence[str], item_sep: str, kv_sep: str) -> str:
@@ -212,6 +228,12 @@ class Sweeper(HydraSweeper):
         return None
 
     def sweep(self, arguments: list[str]) -> Any:
+        try:
+            return self._sweep(arguments)
+        finally:
+            gc.unfreeze()  # frozen while planning and running (_sweep, _run): collectable again
+
+    def _sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         if problem := untested_hydra():
             print(f"harness: error: {problem}", file=sys.stderr, flush=True)
@@ -232,7 +254,13 @@ class Sweeper(HydraSweeper):
         cuda = functools.cache(cuda_devices)  # imports torch: only once a point passes the schema
         if len(points) >= 100:
             print(f"[harness] planning {len(points)} sweep points before the first job", flush=True)
-        bad = [(i, p, why) for i, p in enumerate(points) if (why := self.problem(i, p, cuda)) is not None]
+        bad, planned = [], False
+        for i, p in enumerate(points):
+            if (why := self.problem(i, p, cuda)) is not None:
+                bad.append((i, p, why))
+            elif not planned:  # what planning a first point imported (torch, the planner) is no garbage:
+                gc.freeze()  # the collector's full passes over the other points skip it (~0.17 s each here)
+                planned = True
         skip = bool(OmegaConf.select(self.config, "run.skip_invalid", default=False))
         if bad and not skip:
             for _, p, why in bad:
@@ -414,7 +442,6 @@ class Sweeper(HydraSweeper):
                               "point(s) not run", file=sys.stderr, flush=True)
                         break
         finally:
-            gc.unfreeze()
             self._note(locked=locked)
         return returns
 
