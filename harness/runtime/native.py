@@ -34,8 +34,8 @@ from harness.runtime.emulate import Emulator
 from harness.runtime.grad_sync import GradSync
 from harness.planning.memory_theory import stage_activations
 from harness.runtime.precision import Precision
-from harness.runtime.loop import RankContext, StepMemory, named_gradients, storage_bytes
-from harness.runtime.memory import MemoryMeter
+from harness.runtime.loop import RankContext, StepMemory, named_gradients
+from harness.runtime.memory import GradientBytes, MemoryMeter
 from harness.runtime.transport import GroupTransport, Message, Routes, edge_groups
 from harness.schedules.ir import Action, Kind
 from harness.measure.trace import COMM, COMPUTE
@@ -68,7 +68,10 @@ class NativeRunner:
                 if self.tp_trace is not None:
                     self.tp_trace.watch(self.layers[s], plan.stage_layers[s][0])
                 attach_store(self.layers[s], self.store)
+        # fixed from here on (DDP, checkpointing and the meter wrap the layers, never replace a parameter)
+        self.params = {s: list(m.parameters()) for s, m in self.layers.items()}
         self.meter = MemoryMeter(self.parameters())
+        self.grad_bytes = GradientBytes(self.params)
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
         self.modules: dict[int, nn.Module] = dict(self.layers)
         if c.checkpointing:
@@ -108,7 +111,7 @@ class NativeRunner:
             self.recompute = {s: acts[s].recompute for s in self.layers}
 
     def parameters(self) -> list[torch.Tensor]:
-        return [p for m in self.layers.values() for p in m.parameters()]
+        return [p for ps in self.params.values() for p in ps]
 
     def gradients(self) -> dict[str, torch.Tensor]:
         return named_gradients(self.plan, self.layers)
@@ -117,9 +120,10 @@ class NativeRunner:
         return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes),
                           self.meter.peak_with_grads)
 
-    def _grads_now(self) -> None:
-        """Tell the meter the gradient bytes now live (they appear with a stage's first backward)."""
-        self.meter.set_grads(storage_bytes(p.grad for p in self.parameters()))
+    def _grads_now(self, s: int) -> None:
+        """Tell the meter the gradient bytes now live, after an action of stage s (they appear
+        with a stage's first backward)."""
+        self.meter.set_grads(self.grad_bytes.after(s))
 
     def _timed_recompute(self, key: Hashable, fn):
         """Checkpointing's recompute, traced as its own event (kind R, inside the B/I)."""
@@ -181,6 +185,7 @@ class NativeRunner:
         if drop_grads:  # test-only fault: forget the microbatches accumulated so far
             for p in self.parameters():
                 p.grad = None
+            self.grad_bytes.clear()
         x, output = st.pop(key)
         if s in self.recompute:  # what it recomputes lives beside all held so far (this microbatch's too)
             self.meter.transient(self.recompute[s])
@@ -199,7 +204,7 @@ class NativeRunner:
         self.meter.release(key)
         for held in self.store.holding(key):  # what the deferred W still needs
             self.meter.keep(key, held)
-        self._grads_now()
+        self._grads_now(s)
         if s > 0:
             self.transport.send(Message(s, s - 1, "grad", mb), x.grad, a)
 
@@ -210,7 +215,7 @@ class NativeRunner:
         self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))
-        self._grads_now()
+        self._grads_now(a.stage)
         if index == self.last_grad[a.stage] and a.stage in self.explicit:
             self._finish(a.stage)
 
@@ -239,7 +244,8 @@ class NativeRunner:
     def run_step(self, step: int, drop_grads: bool = False) -> float | None:
         batch = self._batch(step)
         st: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (stage, mb) -> (input, output)
-        self.meter.set_grads(0)  # the optimizer cleared them
+        self.grad_bytes.clear()  # the optimizer cleared them
+        self.meter.set_grads(0)
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         loss = None
@@ -253,5 +259,6 @@ class NativeRunner:
             else:
                 self._backward(a, i, st, drop_grads)
         self.transport.drain()
+        self.grad_bytes.clear()  # holds the step's gradients: the optimizer frees them
         return None if loss is None else float(loss)
 
