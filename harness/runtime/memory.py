@@ -30,6 +30,7 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
 class MemoryMeter:
     def __init__(self, params: list[torch.Tensor]):
         self.param_storages = {local(p).untyped_storage().data_ptr() for p in params}  # tp > 1: the shards
+        self.param_ids = {id(p) for p in params}  # autograd saves a layer's weight itself: no storage to look up
         self.held: dict[Hashable, dict[int, int]] = {}  # key -> {storage ptr: bytes}
         self.live = 0
         self.peak = 0
@@ -53,7 +54,7 @@ class MemoryMeter:
     def keep(self, key: Hashable, t: torch.Tensor | None, at: int | None = None) -> None:
         """Count `t`'s storage under `key` (once), live from `at` (ns; default now)."""
         if type(t) is not torch.Tensor:  # a plain tensor (nearly every one) needs no unwrapping
-            if not isinstance(t, torch.Tensor):
+            if not isinstance(t, torch.Tensor) or id(t) in self.param_ids:
                 return
             t = local(t)  # tp > 1: what autograd saved of a DTensor is its local shard
         storage = t.untyped_storage()
