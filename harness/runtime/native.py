@@ -101,6 +101,9 @@ class NativeRunner:
         self.deferred = {(a.stage, a.microbatch) for a in self.actions if a.kind is Kind.I}
         # the index of each stage's last gradient-making action (B, I or W) in the action list: where it syncs
         self.last_grad = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I, Kind.W)}
+        # each action's incoming and outgoing message (None: none), made once, the same every step
+        self.incoming = [self._message(a, into=True) for a in self.actions]
+        self.outgoing = [self._message(a, into=False) for a in self.actions]
         self.microbatch_bytes: list[int] = []
         # checkpointing: [stage] its largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
@@ -109,6 +112,17 @@ class NativeRunner:
         if c.checkpointing:  # tp > 1: the stage as split on TP rank 0 (a fake group's, no communication)
             acts = stage_activations(plan.memory().at(c.tp, c.sequence_parallel), c, plan.stage_layers)
             self.recompute = {s: acts[s].recompute for s in self.layers}
+
+    def _message(self, a: Action, into: bool) -> Message | None:
+        """The activation an F receives (into) or sends on, the gradient a B or I receives or sends."""
+        s, mb = a.stage, a.microbatch
+        if a.kind is Kind.F:
+            return (Message(s - 1, s, "act", mb) if s > 0 else None) if into else (
+                Message(s, s + 1, "act", mb) if s < self.last_stage else None)
+        if a.kind is Kind.W:
+            return None
+        return (Message(s + 1, s, "grad", mb) if s < self.last_stage else None) if into else (
+            Message(s, s - 1, "grad", mb) if s > 0 else None)
 
     def parameters(self) -> list[torch.Tensor]:
         return [p for ps in self.params.values() for p in ps]
@@ -152,10 +166,11 @@ class NativeRunner:
         return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
 
     # -- actions ------------------------------------------------------------------------
-    def _forward(self, a: Action, batch: list[tuple[torch.Tensor, torch.Tensor]], st: dict) -> torch.Tensor | None:
+    def _forward(self, a: Action, index: int, batch: list[tuple[torch.Tensor, torch.Tensor]],
+                 st: dict) -> torch.Tensor | None:
         s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
         last = s == self.last_stage
-        x = batch[mb][0] if s == 0 else self.transport.recv(Message(s - 1, s, "act", mb), a).requires_grad_(True)
+        x = batch[mb][0] if s == 0 else self.transport.recv(self.incoming[index], a).requires_grad_(True)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         loss = None
         with (self.meter.saving(key), self.store.defer(key if key in self.deferred else None),
@@ -172,7 +187,7 @@ class NativeRunner:
         self.microbatch_bytes.append(self.meter.bytes_of(key))
         st[key] = (x, y)
         if not last:
-            self.transport.send(Message(s, s + 1, "act", mb), y, a)
+            self.transport.send(self.outgoing[index], y, a)
         return None if loss is None else loss.detach()
 
     def _backward(self, a: Action, index: int, st: dict, drop_grads: bool) -> None:
@@ -180,7 +195,7 @@ class NativeRunner:
         stage's last backward of the step also all-reduces its gradients: that tail, from
         the last bucket's launch to the end, is traced as dp_sync, not as compute."""
         s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
-        grad = None if s == self.last_stage else self.transport.recv(Message(s + 1, s, "grad", mb), a)
+        grad = None if s == self.last_stage else self.transport.recv(self.incoming[index], a)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         if drop_grads:  # test-only fault: forget the microbatches accumulated so far
             for p in self.parameters():
@@ -206,7 +221,7 @@ class NativeRunner:
             self.meter.keep(key, held)
         self._grads_now(s)
         if s > 0:
-            self.transport.send(Message(s, s - 1, "grad", mb), x.grad, a)
+            self.transport.send(self.outgoing[index], x.grad, a)
 
     def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
@@ -249,9 +264,13 @@ class NativeRunner:
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         loss = None
+        incoming, post = self.incoming + [None], self.transport.post
         for i, a in enumerate(self.actions):
+            # the next action's receive posted before this action computes (this one's first: in order)
+            post(incoming[i])
+            post(incoming[i + 1])
             if a.kind is Kind.F:
-                part = self._forward(a, batch, st)
+                part = self._forward(a, i, batch, st)
                 if part is not None:
                     loss = part if loss is None else loss + part
             elif a.kind is Kind.W:
