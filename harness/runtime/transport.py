@@ -3,7 +3,10 @@
 Every message a rank exchanges goes through `Transport.send` (never blocks), `recv` (blocks
 until the tensor is here) and `drain` (waits for every send, at the end of the step), in
 the order harness.schedules.p2p.lower writes; the validator checks that order under the
-backend's rules, so "valid" means "runs".
+backend's rules, so "valid" means "runs". On gloo the runner also posts each receive one action
+ahead of its consumer (`post`), still in consumer order: gloo moves a message only once its
+receive is posted, so the transfer overlaps the action before; on NCCL it does not (a
+receive queued on a pair's stream ahead of a send changes the order the validator checked).
 
 - LocalHandoff: the neighbouring stage lives on this rank (V placement's turn, a rank's
   interleaved chunks): the tensor is handed over in memory.
