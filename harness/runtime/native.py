@@ -115,14 +115,14 @@ class NativeRunner:
 
     def _message(self, a: Action, into: bool) -> Message | None:
         """The activation an F receives (into) or sends on, the gradient a B or I receives or sends."""
-        s, mb = a.stage, a.microbatch
-        if a.kind is Kind.F:
-            return (Message(s - 1, s, "act", mb) if s > 0 else None) if into else (
-                Message(s, s + 1, "act", mb) if s < self.last_stage else None)
         if a.kind is Kind.W:
             return None
-        return (Message(s + 1, s, "grad", mb) if s < self.last_stage else None) if into else (
-            Message(s, s - 1, "grad", mb) if s > 0 else None)
+        s, forward = a.stage, a.kind is Kind.F
+        peer = s + (-1 if forward else 1) * (1 if into else -1)  # F: from s - 1, to s + 1; B, I: the reverse
+        if not 0 <= peer <= self.last_stage:
+            return None
+        kind = "act" if forward else "grad"
+        return Message(peer, s, kind, a.microbatch) if into else Message(s, peer, kind, a.microbatch)
 
     def parameters(self) -> list[torch.Tensor]:
         return [p for ps in self.params.values() for p in ps]
