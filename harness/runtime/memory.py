@@ -20,6 +20,7 @@ from typing import Hashable
 import torch
 
 from harness.parallel.tensor import local
+from harness.runtime.loop import storage_bytes
 
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:
@@ -29,6 +30,7 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
 class MemoryMeter:
     def __init__(self, params: list[torch.Tensor]):
         self.param_storages = {local(p).untyped_storage().data_ptr() for p in params}  # tp > 1: the shards
+        self.param_ids = {id(p) for p in params}  # autograd saves a layer's weight itself: no storage to look up
         self.held: dict[Hashable, dict[int, int]] = {}  # key -> {storage ptr: bytes}
         self.live = 0
         self.peak = 0
@@ -44,26 +46,34 @@ class MemoryMeter:
 
     def count_noted(self) -> None:
         """Every noted tensor kept, in the order noted, each sample at its noting time."""
+        keep = self.keep  # bound once: an F notes every tensor autograd saved (tens a layer)
         for key, t, at in self.noted:
-            self.keep(key, t, at)
+            keep(key, t, at)
         self.noted.clear()
 
     def keep(self, key: Hashable, t: torch.Tensor | None, at: int | None = None) -> None:
         """Count `t`'s storage under `key` (once), live from `at` (ns; default now)."""
-        if t is None or not isinstance(t, torch.Tensor):
-            return
-        t = local(t)  # tp > 1: what autograd saved of a DTensor is its local shard
+        if type(t) is not torch.Tensor:  # a plain tensor (nearly every one) needs no unwrapping
+            if not isinstance(t, torch.Tensor) or id(t) in self.param_ids:
+                return
+            t = local(t)  # tp > 1: what autograd saved of a DTensor is its local shard
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
-        held = self.held.setdefault(key, {})
-        if ptr in self.param_storages or ptr in held or storage.nbytes() == 0:
+        held = self.held.get(key)
+        if held is None:
+            held = self.held[key] = {}
+        if ptr in held or ptr in self.param_storages:
             return
-        held[ptr] = storage.nbytes()
-        self.live += held[ptr]
-        if self.live > self.peak:
-            self.peak = self.live
-        self.peak_with_grads = max(self.peak_with_grads, self.live + self.grads)
-        self.samples.append((time.perf_counter_ns() if at is None else at, self.live))
+        nbytes = storage.nbytes()
+        if nbytes == 0:
+            return
+        held[ptr] = nbytes
+        live = self.live = self.live + nbytes
+        if live > self.peak:
+            self.peak = live
+        if live + self.grads > self.peak_with_grads:
+            self.peak_with_grads = live + self.grads
+        self.samples.append((time.perf_counter_ns() if at is None else at, live))
 
     def release(self, key: Hashable) -> None:
         self.live -= sum(self.held.pop(key, {}).values())
@@ -97,3 +107,32 @@ class MemoryMeter:
         self.peak = self.live
         self.peak_with_grads = self.live + self.grads
         self.samples.clear()
+
+
+class GradientBytes:
+    """The bytes of a rank's gradients (each storage once), kept per stage, so that after an
+    action only its own stage's gradients are looked at, and summed again only when one of
+    them is a new tensor (a first backward, a W's `p.grad = p.grad + g`): autograd adds into
+    an existing .grad in place. Stages never share a gradient's storage (each is its own
+    module, never tied across stages). Holds the gradients it summed: `clear` at the end of
+    the step, before the optimizer frees them."""
+
+    def __init__(self, params: dict[int, list[torch.Tensor]]):
+        self.params = params  # stage -> its parameters
+        self.summed: dict[int, tuple[list[torch.Tensor | None], int]] = {}  # stage -> (its grads, their bytes)
+        self.total = 0
+
+    def after(self, stage: int) -> int:
+        """Every stage's gradient bytes, once `stage`'s may have changed."""
+        grads = [p.grad for p in self.params[stage]]
+        before = self.summed.get(stage)
+        if before is not None and all(g is h for g, h in zip(grads, before[0])):
+            return self.total
+        nbytes = storage_bytes(grads)
+        self.total += nbytes - (before[1] if before is not None else 0)
+        self.summed[stage] = (grads, nbytes)
+        return self.total
+
+    def clear(self) -> None:
+        self.summed.clear()
+        self.total = 0

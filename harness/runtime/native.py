@@ -34,8 +34,8 @@ from harness.runtime.emulate import Emulator
 from harness.runtime.grad_sync import GradSync
 from harness.planning.memory_theory import stage_activations
 from harness.runtime.precision import Precision
-from harness.runtime.loop import RankContext, StepMemory, named_gradients, storage_bytes
-from harness.runtime.memory import MemoryMeter
+from harness.runtime.loop import RankContext, StepMemory, named_gradients
+from harness.runtime.memory import GradientBytes, MemoryMeter
 from harness.runtime.transport import GroupTransport, Message, Routes, edge_groups
 from harness.schedules.ir import Action, Kind
 from harness.measure.trace import COMM, COMPUTE
@@ -68,7 +68,10 @@ class NativeRunner:
                 if self.tp_trace is not None:
                     self.tp_trace.watch(self.layers[s], plan.stage_layers[s][0])
                 attach_store(self.layers[s], self.store)
+        # fixed from here on (DDP, checkpointing and the meter wrap the layers, never replace a parameter)
+        self.params = {s: list(m.parameters()) for s, m in self.layers.items()}
         self.meter = MemoryMeter(self.parameters())
+        self.grad_bytes = GradientBytes(self.params)
         self.emulator = Emulator(plan.emulated_cost if c.compute == "emulated" else None, device)
         self.modules: dict[int, nn.Module] = dict(self.layers)
         if c.checkpointing:
@@ -98,6 +101,9 @@ class NativeRunner:
         self.deferred = {(a.stage, a.microbatch) for a in self.actions if a.kind is Kind.I}
         # the index of each stage's last gradient-making action (B, I or W) in the action list: where it syncs
         self.last_grad = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I, Kind.W)}
+        # each action's incoming and outgoing message (None: none), made once, the same every step
+        self.incoming = [self._message(a, into=True) for a in self.actions]
+        self.outgoing = [self._message(a, into=False) for a in self.actions]
         self.microbatch_bytes: list[int] = []
         # checkpointing: [stage] its largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
@@ -107,8 +113,19 @@ class NativeRunner:
             acts = stage_activations(plan.memory().at(c.tp, c.sequence_parallel), c, plan.stage_layers)
             self.recompute = {s: acts[s].recompute for s in self.layers}
 
+    def _message(self, a: Action, into: bool) -> Message | None:
+        """The activation an F receives (into) or sends on, the gradient a B or I receives or sends."""
+        if a.kind is Kind.W:
+            return None
+        s, forward = a.stage, a.kind is Kind.F
+        peer = s + (-1 if forward else 1) * (1 if into else -1)  # F: from s - 1, to s + 1; B, I: the reverse
+        if not 0 <= peer <= self.last_stage:
+            return None
+        kind = "act" if forward else "grad"
+        return Message(peer, s, kind, a.microbatch) if into else Message(s, peer, kind, a.microbatch)
+
     def parameters(self) -> list[torch.Tensor]:
-        return [p for m in self.layers.values() for p in m.parameters()]
+        return [p for ps in self.params.values() for p in ps]
 
     def gradients(self) -> dict[str, torch.Tensor]:
         return named_gradients(self.plan, self.layers)
@@ -117,9 +134,10 @@ class NativeRunner:
         return StepMemory(list(self.meter.samples), self.meter.peak, list(self.microbatch_bytes),
                           self.meter.peak_with_grads)
 
-    def _grads_now(self) -> None:
-        """Tell the meter the gradient bytes now live (they appear with a stage's first backward)."""
-        self.meter.set_grads(storage_bytes(p.grad for p in self.parameters()))
+    def _grads_now(self, s: int) -> None:
+        """Tell the meter the gradient bytes now live, after an action of stage s (they appear
+        with a stage's first backward)."""
+        self.meter.set_grads(self.grad_bytes.after(s))
 
     def _timed_recompute(self, key: Hashable, fn):
         """Checkpointing's recompute, traced as its own event (kind R, inside the B/I)."""
@@ -148,10 +166,11 @@ class NativeRunner:
         return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
 
     # -- actions ------------------------------------------------------------------------
-    def _forward(self, a: Action, batch: list[tuple[torch.Tensor, torch.Tensor]], st: dict) -> torch.Tensor | None:
+    def _forward(self, a: Action, index: int, batch: list[tuple[torch.Tensor, torch.Tensor]],
+                 st: dict) -> torch.Tensor | None:
         s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
         last = s == self.last_stage
-        x = batch[mb][0] if s == 0 else self.transport.recv(Message(s - 1, s, "act", mb), a).requires_grad_(True)
+        x = batch[mb][0] if s == 0 else self.transport.recv(self.incoming[index], a).requires_grad_(True)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         loss = None
         with (self.meter.saving(key), self.store.defer(key if key in self.deferred else None),
@@ -168,7 +187,7 @@ class NativeRunner:
         self.microbatch_bytes.append(self.meter.bytes_of(key))
         st[key] = (x, y)
         if not last:
-            self.transport.send(Message(s, s + 1, "act", mb), y, a)
+            self.transport.send(self.outgoing[index], y, a)
         return None if loss is None else loss.detach()
 
     def _backward(self, a: Action, index: int, st: dict, drop_grads: bool) -> None:
@@ -176,11 +195,12 @@ class NativeRunner:
         stage's last backward of the step also all-reduces its gradients: that tail, from
         the last bucket's launch to the end, is traced as dp_sync, not as compute."""
         s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
-        grad = None if s == self.last_stage else self.transport.recv(Message(s + 1, s, "grad", mb), a)
+        grad = None if s == self.last_stage else self.transport.recv(self.incoming[index], a)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
         if drop_grads:  # test-only fault: forget the microbatches accumulated so far
             for p in self.parameters():
                 p.grad = None
+            self.grad_bytes.clear()
         x, output = st.pop(key)
         if s in self.recompute:  # what it recomputes lives beside all held so far (this microbatch's too)
             self.meter.transient(self.recompute[s])
@@ -199,9 +219,9 @@ class NativeRunner:
         self.meter.release(key)
         for held in self.store.holding(key):  # what the deferred W still needs
             self.meter.keep(key, held)
-        self._grads_now()
+        self._grads_now(s)
         if s > 0:
-            self.transport.send(Message(s, s - 1, "grad", mb), x.grad, a)
+            self.transport.send(self.outgoing[index], x.grad, a)
 
     def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
@@ -210,7 +230,7 @@ class NativeRunner:
         self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "W", a.stage, a.microbatch, t0)
         self.meter.release((a.stage, a.microbatch))
-        self._grads_now()
+        self._grads_now(a.stage)
         if index == self.last_grad[a.stage] and a.stage in self.explicit:
             self._finish(a.stage)
 
@@ -239,13 +259,18 @@ class NativeRunner:
     def run_step(self, step: int, drop_grads: bool = False) -> float | None:
         batch = self._batch(step)
         st: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (stage, mb) -> (input, output)
-        self.meter.set_grads(0)  # the optimizer cleared them
+        self.grad_bytes.clear()  # the optimizer cleared them
+        self.meter.set_grads(0)
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         loss = None
+        incoming, post = self.incoming + [None], self.transport.post
         for i, a in enumerate(self.actions):
+            # the next action's receive posted before this action computes (this one's first: in order)
+            post(incoming[i])
+            post(incoming[i + 1])
             if a.kind is Kind.F:
-                part = self._forward(a, batch, st)
+                part = self._forward(a, i, batch, st)
                 if part is not None:
                     loss = part if loss is None else loss + part
             elif a.kind is Kind.W:
@@ -253,5 +278,6 @@ class NativeRunner:
             else:
                 self._backward(a, i, st, drop_grads)
         self.transport.drain()
+        self.grad_bytes.clear()  # holds the step's gradients: the optimizer frees them
         return None if loss is None else float(loss)
 

@@ -3,7 +3,10 @@
 Every message a rank exchanges goes through `Transport.send` (never blocks), `recv` (blocks
 until the tensor is here) and `drain` (waits for every send, at the end of the step), in
 the order harness.schedules.p2p.lower writes; the validator checks that order under the
-backend's rules, so "valid" means "runs".
+backend's rules, so "valid" means "runs". On gloo the runner also posts each receive one action
+ahead of its consumer (`post`), still in consumer order: gloo moves a message only once its
+receive is posted, so the transfer overlaps the action before; on NCCL it does not (a
+receive queued on a pair's stream ahead of a send changes the order the validator checked).
 
 - LocalHandoff: the neighbouring stage lives on this rank (V placement's turn, a rank's
   interleaved chunks): the tensor is handed over in memory.
@@ -72,11 +75,21 @@ class GroupTransport:
         self.stages = max(owner) + 1
         self.via_host = backend == "gloo" and device.type == "cuda"
         self.sends: list[tuple[dist.Work, torch.Tensor]] = []  # each tensor must outlive its send
+        self.routes: dict[Message, tuple[dist.ProcessGroup | None, int, int]] = {}  # the same every step
+        # receives posted ahead of their consumer (`post`): gloo only. On NCCL a pair's receives and
+        # sends share one stream, and a receive queued ahead of this rank's next send could wait
+        # on a send that waits on it (the validator checks the order the runner posts without it)
+        self.ahead = backend == "gloo"
+        self.posted: dict[Message, tuple[dist.Work, torch.Tensor]] = {}
 
     def _route(self, msg: Message, peer_stage: int) -> tuple[dist.ProcessGroup | None, int, int]:
-        key = p2p.channel(self.transport, self.replica, msg.from_stage, msg.to_stage, self.owner, self.pp)
-        return (self.groups.get(key), (self.replica * self.pp + self.owner[peer_stage]) * self.tp + self.tp_rank,
+        route = self.routes.get(msg)
+        if route is None:
+            key = p2p.channel(self.transport, self.replica, msg.from_stage, msg.to_stage, self.owner, self.pp)
+            route = self.routes[msg] = (
+                self.groups.get(key), (self.replica * self.pp + self.owner[peer_stage]) * self.tp + self.tp_rank,
                 p2p.tag(msg.from_stage, msg.to_stage, msg.microbatch, self.stages, self.single_tag))
+        return route
 
     def send(self, msg: Message, tensor: torch.Tensor, producer: Action) -> None:
         t0 = self.tracer.mark()
@@ -85,11 +98,23 @@ class GroupTransport:
         self.sends.append((dist.isend(tensor, dst=peer, group=group, tag=tag), tensor))
         self.tracer.record(f"send {producer}", COMM, "send", producer.stage, producer.microbatch, t0)
 
-    def recv(self, msg: Message, consumer: Action) -> torch.Tensor:
+    def _irecv(self, msg: Message) -> tuple[dist.Work, torch.Tensor]:
         group, peer, tag = self._route(msg, msg.from_stage)
         buf = torch.empty(self.shape, dtype=self.dtype, device="cpu" if self.via_host else self.device)
-        t0 = self.tracer.mark()
-        dist.irecv(buf, src=peer, group=group, tag=tag).wait()
+        return dist.irecv(buf, src=peer, group=group, tag=tag), buf
+
+    def post(self, msg: Message) -> None:
+        """Posts `msg`'s receive now, so its transfer overlaps the compute before its consumer
+        (gloo's transfer starts once both ends have posted); `recv` then only waits. Posting
+        in the order the consumers run keeps each pair's (and each edge's) FIFO order."""
+        if self.ahead and msg not in self.posted:
+            self.posted[msg] = self._irecv(msg)
+
+    def recv(self, msg: Message, consumer: Action) -> torch.Tensor:
+        posted = self.posted.pop(msg, None)
+        t0 = self.tracer.mark()  # the event: how long the consumer waited for its tensor
+        work, buf = posted if posted is not None else self._irecv(msg)
+        work.wait()
         self.tracer.record(f"recv {consumer}", WAIT, "recv", consumer.stage, consumer.microbatch, t0)
         return buf.to(self.device) if self.via_host else buf
 
@@ -117,6 +142,11 @@ class Routes:
 
     def recv(self, msg: Message, consumer: Action) -> torch.Tensor:
         return self._via(msg).recv(msg, consumer)
+
+    def post(self, msg: Message | None) -> None:
+        """A receive from another rank posted ahead (GroupTransport.post); else nothing."""
+        if msg is not None and self._via(msg) is self.net:
+            self.net.post(msg)
 
     def drain(self) -> None:
         self.net.drain()
