@@ -28,11 +28,11 @@ OUT ?= runs/profile/gpt_cpu_profile.json
 # derived profile is the fallback: ADVISE_PROFILE=data/llama70b_h200_block_profile.json (make gpu-check
 # measures it on an H200) re-prices the example on measured times.
 # tp > 1 is priced on a TP rank's profile (ADVISE_TP_PROFILES: python -m harness.advise.derive --tp N
-# --sequence-parallel); ADVISE_SPACE is the committed example's slice (pp=8, B=1: a tp > 1 stage's memory is
-# traced whole, seconds a stage on 2 cores; ADVISE_SPACE= searches every pp and B)
+# --sequence-parallel); ADVISE_SPACE narrows the space (e.g. --pp 8 --microbatch-sizes 1 --virtual-stages 2);
+# empty: every pp, B and v (a tp > 1 stage's memory composed from its layers' traces: a few minutes on 2 cores)
 ADVISE_PROFILE ?= data/llama70b_h200_derived_block_profile.json
 ADVISE_TP_PROFILES ?= $(foreach t,2 4 8,data/llama70b_h200_derived_block_profile_tp$(t).json)
-ADVISE_SPACE ?= --pp 8 --microbatch-sizes 1 --virtual-stages 2
+ADVISE_SPACE ?=
 ADVISE_ARGS ?= cluster=h200_8nodes profile=$(ADVISE_PROFILE) dtype=bf16 optimizer=adamw --global-batch 512 \
 	--tp-profiles $(ADVISE_TP_PROFILES) $(ADVISE_SPACE)
 # pytest -m: make test runs all but `slow`; make test-fast only pure unit tests; make test-all everything

@@ -589,10 +589,8 @@ def search(p: Problem, space: Space, progress: Callable[[int, int], None] | None
         raise AdviseError(f"--workers {workers}: must be >= 1")
     memory = layer_memory(p.model, p.config.dtype, p.cluster.device)  # what each point's plan.memory() is
     split = any(SCHEDULES[pt.schedule].split_backward for pt in points)
-    for b in sorted({pt.microbatch_size for pt in points}):
-        memory.warm(b)
-        if split and hasattr(memory, "deferred"):  # what a split backward's deferred W keeps, traced here too
-            memory.deferred(0, memory.L, b)
+    for tp, sp, b in sorted({(pt.tp, pt.sequence_parallel, pt.microbatch_size) for pt in points}):
+        memory.at(tp, sp).warm(b, split)  # each TP degree's layer traces too (tp > 1: its layers split alone)
     auto = [pt for pt in points if SCHEDULES[pt.schedule].needs == COSTS]  # made per point: predicted last
     others = [pt for pt in points if SCHEDULES[pt.schedule].needs != COSTS]
     total = [len(points)]

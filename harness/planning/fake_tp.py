@@ -10,7 +10,10 @@ What it gives memory_theory.py:
   hands layer a: the stage's input (whole, or its sequence shard under sequence parallelism),
   or, inside the stage, what layers [sa, a) compute from it (a row-parallel pair's shard);
 - `stage_tensors`: a stage's parameter tensors as TP rank 0 holds them (local shards, the
-  replicated parts whole), built on the meta device: element counts and storage bytes.
+  replicated parts whole), built on the meta device: element counts and storage bytes;
+- `split_key`: what a layer's split is (its plan's styles and their layouts, by value), so the
+  theory can tell a layer split alike in every stage (gpt's, hf's: per layer kind) from one
+  whose split depends on its stage (mlp's column/row pairs), and trace the former once.
 
 The activations are then counted by the same saved-tensor hooks as at tp=1: what torch's
 DTensor graph saves (all-gathered inputs of column-parallel linears under sequence
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterator
+from typing import Any, Hashable, Iterator
 
 import torch
 from torch import nn
@@ -151,6 +154,28 @@ def split_stage(built: BuiltModel, a: int, e: int, sa: int, se: int, b: int, dty
     if x.is_floating_point():
         x.requires_grad_(not first)
     return layers[a - sa:e - sa], x
+
+
+def split_key(built: BuiltModel, i: int, tp: int, sequence_parallel: bool, stage: range) -> Hashable:
+    """Layer i's TP plan in `stage`, by value: two keys are equal when the layer is split alike
+    (the same styles on the same submodules, the same layouts and sizes), so it holds the same
+    bytes and takes and gives the same shards. A part of a style that has no value to compare
+    (a function, say) makes the key unequal to every other: such a layer is never assumed alike."""
+    return _by_value(built.model.tp_plan(i, tp, sequence_parallel, stage))
+
+
+def _by_value(x: Any) -> Hashable:
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (tuple, list)):
+        return type(x).__name__, tuple(_by_value(v) for v in x)
+    if isinstance(x, dict):
+        return "dict", tuple(sorted((str(k), _by_value(v)) for k, v in x.items()))
+    if type(x).__eq__ is not object.__eq__ and type(x).__hash__ is not None:  # a placement: Shard(1), Replicate()
+        return type(x).__qualname__, x
+    if hasattr(x, "__dict__") and not callable(x):  # a style: its class and its fields
+        return type(x).__qualname__, _by_value(vars(x))
+    return object()  # nothing to compare (a function...): unequal to everything
 
 
 @functools.lru_cache(maxsize=1024)

@@ -31,7 +31,12 @@ microbatch through it (real tensors for a small layer on CPU, FakeTensorMode oth
 shapes, dtypes and storages, no memory); a stage holds the sum of its layers' bytes less each
 inner boundary once (the tensor between two layers is one storage, which the meter counts
 once), measured on the pair. So 10k planner points do not trace 10k stages; `trace_stage`, the
-primitive, traces a whole stage too (tests/test_memory.py checks the composition against it).
+primitive, traces a whole stage too (tests/test_advise.py checks the composition against it).
+At tp > 1 the same, where each of a stage's layers is split in it as it is alone and beside
+either neighbour (fake_tp.split_key: gpt's and hf's plans are per layer kind): the layer's key
+adds its split, and its traces are TP rank 0's of the layer split alone (tests/test_tp_memory.py
+checks the composition against the whole split stage's trace); a stage whose layers' splits
+depend on it (model=mlp's column/row pairs) is traced whole.
 The replay is symbolic, once per rank's action list: the states it passes through, each priced
 in its bytes.
 """
@@ -50,8 +55,8 @@ from harness.runtime import compat
 from harness.config import DTYPE_BYTES, Config
 from harness.model.built import BuiltModel
 from harness.model.checkpoint import CheckpointedStage
-from harness.parallel.tensor import local
-from harness.planning.fake_tp import split_stage, stage_tensors
+from harness.parallel.tensor import activation_shape, local
+from harness.planning.fake_tp import split_key, split_stage, stage_input_shape, stage_tensors
 from harness.runtime.precision import DTYPES
 from harness.schedules.ir import Action, Kind
 
@@ -237,10 +242,10 @@ class LayerMemory:
     on the meta device) and, per microbatch size, what each layer holds for its backward
     (traced once per distinct layer) and what neighbours share.
 
-    tp > 1 (`at`): TP rank 0's bytes, per stage rather than per layer: a layer's split depends
-    on its stage (model=mlp pairs a stage's layers from its first), so a stage's activations
-    are traced whole, as the run splits it (harness/planning/fake_tp.py), and its parameter
-    tensors are the split stage's local shards."""
+    tp > 1 (`at`): TP rank 0's bytes (harness/planning/fake_tp.py), composed per layer as at
+    tp=1 where the stage splits each of its layers as the layer alone is split (`composable`),
+    else traced whole as the run splits the stage (model=mlp pairs a stage's layers from its
+    first): its activations, and its parameter tensors as the split stage's local shards."""
 
     def __init__(self, model: BuiltModel, dtype: str, device: str, tp: int = 1, sequence_parallel: bool = False):
         if model.numels is None:
@@ -255,11 +260,36 @@ class LayerMemory:
         self._layers: dict[tuple, StageActivations] = {}  # (signature, B, checkpointed) -> traced bytes
         self._pairs: dict[tuple, int] = {}  # (signature of i - 1, of i, B) -> shared bytes
         self._deferred: dict[tuple, tuple[int, int]] = {}  # (signature, B) -> (what its W keeps, grads it writes)
+        self._tensors: dict[tuple, tuple[int, ...]] = {}  # tp > 1: signature -> its split tensors' elements
+        self._splits: dict[tuple[int, int, int], Any] = {}  # tp > 1: (layer, stage) -> fake_tp.split_key
+        self._composable: dict[tuple[int, int], bool] = {}  # tp > 1: stage -> composable
 
     def signature(self, i: int) -> tuple:
-        """What a layer's bytes depend on: its kind, structure and sizes, and whether it is the
-        first (no input gradient) or the last (the loss)."""
-        return (self.model.kinds[i], self.model.structures[i], self.numels[i], i == 0, i == self.L - 1)
+        """What a layer's bytes depend on: its kind, structure and sizes, whether it is the
+        first (no input gradient) or the last (the loss), and at tp > 1 its split alone."""
+        own = (self.model.kinds[i], self.model.structures[i], self.numels[i], i == 0, i == self.L - 1)
+        return own if self.tp == 1 else own + (self._split(i, i, i + 1),)
+
+    def _split(self, i: int, a: int, e: int) -> Any:
+        """Layer i's split in stage [a, e) (tp > 1), by value."""
+        key = (i, a, e)
+        if key not in self._splits:
+            self._splits[key] = split_key(self.model, i, self.tp, self.sequence_parallel, range(a, e))
+        return self._splits[key]
+
+    def composable(self, a: int, e: int) -> bool:
+        """Whether stage [a, e)'s bytes compose from its layers' (always at tp=1): at tp > 1, each
+        layer is split in the stage, and in each pair with a neighbour there (what `shared`
+        traces), as it is alone; so each takes and gives what it does alone, and holds its bytes."""
+        if self.tp == 1:
+            return True
+        if (a, e) not in self._composable:
+            alone = [self._split(i, i, i + 1) for i in range(a, e)]
+            self._composable[(a, e)] = (
+                all(self._split(i, a, e) == alone[i - a] for i in range(a, e))
+                and all(self._split(i - 1, i - 1, i + 1) == alone[i - 1 - a]
+                        and self._split(i, i - 1, i + 1) == alone[i - a] for i in range(a + 1, e)))
+        return self._composable[(a, e)]
 
     def at(self, tp: int, sequence_parallel: bool) -> LayerMemory:
         """This model's memory at TP degree `tp` (with or without sequence parallelism)."""
@@ -271,19 +301,30 @@ class LayerMemory:
         """Elements of each parameter tensor stage [a, e) holds (tp > 1: TP rank 0's shards)."""
         if self.tp == 1:
             return [n for i in range(a, e) for n in self.numels[i]]
-        return list(stage_tensors(self.model, a, e, self.tp, self.sequence_parallel))
+        if not self.composable(a, e):
+            return list(stage_tensors(self.model, a, e, self.tp, self.sequence_parallel))
+        out: list[int] = []
+        for i in range(a, e):
+            key = self.signature(i)
+            if key not in self._tensors:
+                self._tensors[key] = stage_tensors(self.model, i, i + 1, self.tp, self.sequence_parallel)
+            out += self._tensors[key]
+        return out
 
     def act_bytes(self, b: int) -> int:
-        """One message between stages: the activation, in dtype."""
-        return self.itemsize * self.model.activation_numel(b)
+        """One message between stages: the activation, in dtype (tp > 1: a TP rank's)."""
+        return self.itemsize * math.prod(activation_shape(self.model.model, b, self.tp, self.sequence_parallel))
 
     def in_bytes(self, i: int, b: int) -> int:
-        shape, dtype = self.model.model.input_shape(i, b)
+        """What layer i takes at b (tp > 1: a TP rank's, its sequence shard under sequence parallelism)."""
+        _, dtype = self.model.model.input_shape(i, b)
+        shape = stage_input_shape(self.model, i, b, self.tp, self.sequence_parallel)
         item = self.itemsize if dtype.is_floating_point else torch.empty((), dtype=dtype).element_size()
         return item * math.prod(shape)
 
     def _trace(self, a: int, e: int, b: int, checkpointing: bool) -> StageActivations:
-        return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, 0, self.device)
+        return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, 0, self.device,
+                           self.tp, self.sequence_parallel)
 
     def layer(self, i: int, b: int, checkpointed: bool = False) -> StageActivations:
         """What layer i holds at b (kept, and recompute when checkpointed) as a stage of its own."""
@@ -294,20 +335,24 @@ class LayerMemory:
 
     def shared(self, i: int, b: int) -> int:
         """Bytes counted by both layer i - 1 and layer i alone, once in a stage holding both
-        (the tensor between them, and whatever else they share): T(i-1) + T(i) - T(i-1, i)."""
+        (the tensor between them, and whatever else they share): T(i-1) + T(i) - T(i-1, i).
+        Only for a composable pair (the key holds each layer's split alone)."""
         key = (self.signature(i - 1), self.signature(i), b)
         if key not in self._pairs:
             both = self._trace(i - 1, i + 1, b, False).kept
             self._pairs[key] = self.layer(i - 1, b).kept + self.layer(i, b).kept - both
         return self._pairs[key]
 
-    def warm(self, b: int) -> None:
-        """Every trace a stage at microbatch size b can need (so forked searchers inherit them)."""
+    def warm(self, b: int, split: bool = False) -> None:
+        """Every trace a composable stage at microbatch size b can need (so forked searchers
+        inherit them), and with `split` what each layer's deferred W keeps."""
         for i in range(self.L):
             self.layer(i, b)
             self.layer(i, b, checkpointed=True)
-            if i:
+            if i and self.composable(i - 1, i + 1):
                 self.shared(i, b)
+        if split and self.composable(0, self.L):
+            self.deferred(0, self.L, b)
 
     def _held(self, a: int, e: int, b: int, recompute: bool = False) -> int:
         """Layers [a, e) at b without checkpointing: their bytes less each inner boundary once;
@@ -318,10 +363,11 @@ class LayerMemory:
 
     def _deferred_layer(self, i: int, a: int, e: int, b: int) -> tuple[int, int]:
         """Layer i of stage [a, e) at b: what its deferred W keeps, and the gradient bytes it writes."""
-        key = (self.signature(i), b) if self.tp == 1 else (i, a, e, b)  # tp > 1: split as its stage splits it
+        alike = self.composable(a, e)  # else split as its stage splits it
+        key = (self.signature(i), b) if alike else (i, a, e, b)
         if key not in self._deferred:
             self._deferred[key] = _trace_deferred(self.model, i, self.dtype, b, self.device, self.tp,
-                                                  self.sequence_parallel, (a, e))
+                                                  self.sequence_parallel, (i, i + 1) if alike else (a, e))
         return self._deferred[key]
 
     def deferred(self, a: int, e: int, b: int) -> int:
@@ -342,7 +388,7 @@ class LayerMemory:
         if split:
             whole = self.stage(a, e, b, checkpointing, every)
             return StageActivations(whole.kept, whole.recompute, self.deferred(a, e, b), self.deferred_grads(a, e, b))
-        if self.tp > 1:  # traced whole: its layers' splits depend on the stage
+        if not self.composable(a, e):  # traced whole: its layers' splits depend on the stage
             return trace_stage(self.model, a, e, a == 0, e == self.L, self.dtype, b, checkpointing, every,
                                self.device, self.tp, self.sequence_parallel)
         if not checkpointing:
