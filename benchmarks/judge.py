@@ -46,19 +46,20 @@ class Goal:
 
 # benchmarks/README.md's table and the README's Tests section state these
 GOALS = (
-    Goal("test_a_simulated_job_per_action", "wall_us_per_action", "<", 10.0, open=True),
-    Goal("test_records_per_event", "total_wall_us_per_event", "<", 10.0, open=True),
+    Goal("test_a_simulated_job_per_action", "wall_us_per_action", "<", 10.0),
+    Goal("test_records_per_event", "total_wall_us_per_event", "<", 10.0),
     Goal("test_search_10k_points_under_a_minute", "seconds", "<", 60.0),
     Goal("test_search_10k_points_under_a_minute", "points", ">=", 10_000),
     Goal("test_generate_p32_m256", "seconds", "<", 2.0),
     Goal("test_predictions_on_this_machine_small", "worst_error", "<=", 0.10),
-    Goal("test_executor_overhead_vs_simulator", "measured_over_simulated", "<=", 1.05, open=True),
+    Goal("test_executor_overhead_vs_simulator", "measured_over_simulated", "<=", 1.03, open=True),
     Goal("test_nccl_safe_transport_against_eager", "safe_over_eager", "<=", 1.0, open=True),
     Goal("test_native_vs_pytorch_step_time", "native_over_pytorch_F", "<=", 1.05),
     Goal("test_native_vs_pytorch_step_time", "native_over_pytorch_B", "<=", 1.05),
+    Goal("test_native_vs_pytorch_step_time", "native_over_pytorch", "<=", 1.0, open=True),  # the whole step
     Goal("test_tracing_overhead", "traced_over_untraced", "<", 1.02),
     Goal("test_forkserver_against_spawn_per_job", "forkserver_job_s", "<", 0.5),
-    Goal("test_sweep_marginal_job_wall_time", "marginal_job_s", "<", 0.25),
+    Goal("test_sweep_marginal_job_wall_time", "marginal_job_s", "<", 0.1),
 )
 
 
@@ -77,9 +78,9 @@ class Stated:
 
 # README.md's table "Figures make bench holds to their range" lists these, each with its text
 STATED = (
-    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.15, 0.6, "0.15 s a job in a pp=4 sweep"),
+    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.06, 0.6, "0.06 s a job in a pp=4 sweep"),
     Stated("test_generate_p32_m256", "seconds", 1.5, 0.6, "At pp=32, M=256 generation takes ~1.5 s"),
-    Stated("test_a_simulated_job_per_action", "wall_us_per_action", 17.7, 0.6, "17.7 us per action"),
+    Stated("test_a_simulated_job_per_action", "wall_us_per_action", 7.0, 0.6, "7.0 us per action"),
 )
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
