@@ -111,27 +111,16 @@ def compute_model(attention: str = "fa2", sustained: float | None = None, memory
 def profile_of(cm: ComputeModel) -> dict:
     """The one-block profile (embedding, one block, head) of one TP rank at tp=8 with sequence
     parallelism, microbatch 1, DERIVED by `cm` per operation."""
-    import torch
-
+    from harness.advise.derive import derive_layers
     from harness.config import DTYPE_BYTES, model_config
     from harness.model import get_model
-    from harness.planning.compute_model import DIRECTIONS, Dims
+    from harness.planning.compute_model import Dims
 
     cfg = model_config(**MODEL)
     m = get_model(cfg)
-    last = m.num_layers - 1
     dims = Dims(seq=SEQ, d_model=cfg.hidden, vocab=cfg.vocab, dtype_bytes=DTYPE_BYTES["bf16"], heads=cfg.heads,
                 kv_heads=cfg.kv_heads, ffn=cfg.ffn, gated=True, tp=TP, sequence_parallel=True)
-    with torch.device("meta"):
-        params = {i: sum(p.numel() for p in m.build_layer(i).parameters()) for i in (0, 1, last)}
-    layers = []
-    for idx, (i, kind) in enumerate(((0, "embed"), (1, "block"), (last, "head"))):
-        flops = float(m.fwd_flops(i, 1))
-        ws = {d: cm.work(kind, d, 1, flops, dims) for d in DIRECTIONS}
-        layers.append({"index": idx, "kind": kind, "params": params[i], "measured": False, "derived": True,
-                       "by_microbatch": {"1": {"fwd_s": cm.seconds(kind, "fwd", ws["fwd"]),
-                                               "bwd_s": cm.seconds(kind, "bwd", ws["bwd"]), "fwd_flops": flops,
-                                               "by_class": {d: dict(ws[d].by_class) for d in DIRECTIONS}}}})
+    layers, _ = derive_layers(cm, m, dims, (1,))
     return {"device": f"{cm.device.name} (DERIVED, not measured)", "dtype": "torch.bfloat16", "derived": True,
             "model": {"config": {k: v for k, v in MODEL.items() if k != "name"}, "num_layers": m.num_layers,
                       "vocab": cfg.vocab, "seq": SEQ, "d_model": cfg.hidden, "heads": cfg.heads,

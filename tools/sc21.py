@@ -121,27 +121,16 @@ def compute_model(device: str = DEVICE, sustained: float | None = None) -> Compu
 def profile_of(r: Row, cm: ComputeModel) -> dict:
     """A one-block profile (embedding, one block, head) of the row's GPT at tp=8, microbatch 1,
     DERIVED by `cm` per operation: what python -m harness expands by kind to the row's layers."""
-    import torch
-
+    from harness.advise.derive import derive_layers
     from harness.config import DTYPE_BYTES, model_config
     from harness.model import get_model
-    from harness.planning.compute_model import DIRECTIONS, Dims
+    from harness.planning.compute_model import Dims
 
     cfg = model_config(name="gpt", layers=r.layers, hidden=r.hidden, heads=r.heads, seq=SEQ, vocab=VOCAB)
     m = get_model(cfg)
-    last = m.num_layers - 1
     dims = Dims(seq=SEQ, d_model=r.hidden, vocab=VOCAB, dtype_bytes=DTYPE_BYTES["bf16"], heads=r.heads, tp=TP,
                 flash_attention=False)  # SC21 predates FlashAttention: Megatron's unfused attention
-    with torch.device("meta"):
-        params = {i: sum(p.numel() for p in m.build_layer(i).parameters()) for i in (0, 1, last)}
-    layers = []
-    for idx, (i, kind) in enumerate(((0, "embed"), (1, "block"), (last, "head"))):
-        flops = float(m.fwd_flops(i, 1))
-        ws = {d: cm.work(kind, d, 1, flops, dims) for d in DIRECTIONS}
-        layers.append({"index": idx, "kind": kind, "params": params[i], "measured": False, "derived": True,
-                       "by_microbatch": {"1": {"fwd_s": cm.seconds(kind, "fwd", ws["fwd"]),
-                                               "bwd_s": cm.seconds(kind, "bwd", ws["bwd"]), "fwd_flops": flops,
-                                               "by_class": {d: dict(ws[d].by_class) for d in DIRECTIONS}}}})
+    layers, _ = derive_layers(cm, m, dims, (1,))
     return {"device": f"{cm.device.name} (DERIVED, not measured)", "dtype": "torch.bfloat16", "derived": True,
             "model": {"num_layers": m.num_layers, "vocab": VOCAB, "seq": SEQ, "d_model": r.hidden,
                       "heads": r.heads, "blocks": r.layers, "tp": TP},

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from harness.planning.compute_model import DIRECTIONS, GATED, Dims, fit, leave_one_out
+from harness.planning.compute_model import DIRECTIONS, GATED, ComputeModel, Dims, fit, leave_one_out
 from harness.config import DTYPE_BYTES, model_config
 from harness.parallel.checks import tp_problem
 from harness.planning.devices import lookup
@@ -49,6 +49,27 @@ def _profile_json(path: Path, flag: str) -> dict:
     if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(2, "No such file or directory", str(path))
     return json.loads(read_bytes(path, flag, "profile"))
+
+
+def derive_layers(cm: ComputeModel, m, dims: Dims, sizes: tuple[int, ...]) -> tuple[list[dict], dict]:
+    """A one-block profile's layers (the embedding, one block, the head of model `m`), each
+    microbatch size's forward and backward seconds derived by `cm` per operation on `dims` (with
+    each operation class's seconds, `by_class`); and the priced work per (kind, size), for what a
+    caller reports beside them."""
+    last = m.num_layers - 1
+    with torch.device("meta"):
+        params = {i: sum(p.numel() for p in m.build_layer(i).parameters()) for i in (0, 1, last)}
+    layers, work = [], {}
+    for idx, (i, kind) in enumerate(((0, "embed"), (1, "block"), (last, "head"))):
+        by = {}
+        for b in sizes:
+            flops = float(m.fwd_flops(i, b))
+            ws = work[kind, b] = {d: cm.work(kind, d, b, flops, dims) for d in DIRECTIONS}
+            by[str(b)] = {"fwd_s": cm.seconds(kind, "fwd", ws["fwd"]), "bwd_s": cm.seconds(kind, "bwd", ws["bwd"]),
+                          "fwd_flops": flops, "by_class": {d: dict(ws[d].by_class) for d in DIRECTIONS}}
+        layers.append({"index": idx, "kind": kind, "params": params[i], "measured": False, "derived": True,
+                       "by_microbatch": by})
+    return layers, work
 
 
 def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | None = None,
@@ -74,24 +95,15 @@ def derive(source: Path = SOURCE, sizes: tuple[int, ...] = SIZES, model: dict | 
     dims = Dims(seq=cfg.seq, d_model=cfg.hidden, vocab=cfg.vocab, dtype_bytes=nbytes, heads=cfg.heads,
                 kv_heads=getattr(cfg, "kv_heads", None), ffn=getattr(cfg, "ffn", None),
                 gated=getattr(cfg, "arch", None) in GATED, tp=tp, sequence_parallel=sequence_parallel)
-    with torch.device("meta"):
-        params = {i: sum(p.numel() for p in m.build_layer(i).parameters()) for i in (0, 1, L - 1)}
-    layers, efficiency, operations = [], {}, {}
-    for idx, (i, kind) in enumerate(((0, "embed"), (1, "block"), (L - 1, "head"))):
-        by = {}
-        for b in sizes:
-            flops = float(m.fwd_flops(i, b))
-            ws = {d: cm.work(kind, d, b, flops, dims) for d in DIRECTIONS}
-            by[str(b)] = {"fwd_s": cm.seconds(kind, "fwd", ws["fwd"]), "bwd_s": cm.seconds(kind, "bwd", ws["bwd"]),
-                          "fwd_flops": flops}
-            efficiency.setdefault(kind, {})[str(b)] = {  # a TP rank's FLOPs over its seconds
-                d: cm.efficiency(kind, d, replace(ws[d], flops=ws[d].flops / tp)) for d in DIRECTIONS}
-            operations.setdefault(kind, {})[str(b)] = {
-                d: dict(ws[d].by_class) | {"floor_s": cm.fits[kind, d].floor_s,
-                                           "residual_s": ws[d].bytes * cm.fits[kind, d].s_per_byte}
-                for d in DIRECTIONS}
-        layers.append({"index": idx, "kind": kind, "params": params[i], "measured": False, "derived": True,
-                       "by_microbatch": by})
+    layers, work = derive_layers(cm, m, dims, sizes)
+    efficiency, operations = {}, {}
+    for (kind, b), ws in work.items():
+        efficiency.setdefault(kind, {})[str(b)] = {  # a TP rank's FLOPs over its seconds
+            d: cm.efficiency(kind, d, replace(ws[d], flops=ws[d].flops / tp)) for d in DIRECTIONS}
+        operations.setdefault(kind, {})[str(b)] = {
+            d: dict(ws[d].by_class) | {"floor_s": cm.fits[kind, d].floor_s,
+                                       "residual_s": ws[d].bytes * cm.fits[kind, d].s_per_byte}
+            for d in DIRECTIONS}
     return {
         "device": f"{device.name} (DERIVED, not measured: no GPU ran this profile)",
         "torch": None,
