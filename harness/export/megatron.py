@@ -4,9 +4,9 @@ validate_args on every export).
 
 Megatron-LM runs 1F1B, or interleaved 1F1B with virtual pipeline stages; it has no GPipe, no
 zero-bubble and no V-shape schedule: such a named schedule is written as the nearest Megatron
-schedule on the same stages, with a CANNOT EXPRESS line saying what differs. An order made from
-the point's costs (zb_auto) has no nearest named schedule and a model that is no decoder has no
-shape to give: both are refused (ExportError, exit 2). Any split of layers is expressible: its
+schedule on the same stages, with a CANNOT EXPRESS line saying what differs; so is an order made
+from the point's costs or read from a file (zb_auto, csv: Megatron reads no schedule as data). A
+model that is no decoder has no shape to give: it is refused (ExportError, exit 2). Any split of layers is expressible: its
 even split (with or without the embedding and the loss counted as layers), uneven first and
 last stages, or, for anything else, --pipeline-model-parallel-layout.
 
@@ -21,7 +21,7 @@ from itertools import groupby
 
 from harness.export.point import ExportError, Recipe
 from harness.export.script import ARGS, Raw, Script, Word, launch_fact, torchrun
-from harness.schedules.registry import COUNTS, SCHEDULES, spec
+from harness.schedules.registry import COUNTS, spec
 
 VERSION = "0.19.2"  # megatron-core, whose megatron/training/arguments.py these flags are validated by
 LLAMA_LIKE = ("llama", "mistral", "qwen2")  # RMSNorm, SwiGLU, rotary positions, no linear biases
@@ -67,11 +67,6 @@ def render(p: Recipe) -> Script:
 
 
 def _refuse(p: Recipe) -> None:
-    if spec(p.point.schedule).needs != COUNTS:
-        named = ", ".join(n for n in SCHEDULES if spec(n).needs == COUNTS)
-        raise ExportError(f"schedule={p.point.schedule}: an order made from the point's costs or read from a file, "
-                          "which Megatron-LM cannot take (its schedules are 1F1B and interleaved 1F1B, none read "
-                          f"as data); --to torchtitan runs it as a CSV (allowed with --to megatron: {named})")
     if not p.decoder:
         raise ExportError(f"model={p.model.get('name')}: Megatron-LM's pretrain_gpt.py trains a GPT-style decoder "
                           "(embedding, transformer layers, output layer) and this model is none, so there is no "
@@ -108,7 +103,11 @@ def _schedule(p: Recipe, s: Script) -> int:
     per_rank = p.stages // p.point.pp
     if p.point.schedule in ("1f1b", "interleaved_1f1b"):
         return per_rank
-    if p.placement_kind() == "v":
+    if spec(p.point.schedule).needs != COUNTS:
+        what = (f"schedule={p.point.schedule}: an order made from the point's costs or read from a file, which "
+                "Megatron-LM cannot take (its schedules are 1F1B and interleaved 1F1B, none read as data; --to "
+                "torchtitan runs the order itself as a CSV)")
+    elif p.placement_kind() == "v":
         what = f"Megatron-LM has no zero-bubble or V-shape schedule (schedule={p.point.schedule})"
     else:
         what = f"Megatron-LM has no {p.point.schedule} schedule (its pipeline schedules are 1F1B and interleaved 1F1B)"
