@@ -264,11 +264,13 @@ class NativeRunner:
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         loss = None
-        incoming, post = self.incoming + [None], self.transport.post
+        # every receive of the step posted now, in consumer order (gloo; a no-op on NCCL): a
+        # receive posted mid-step takes gloo's pair lock beside transfers in flight, and on a
+        # busy host waited ms for it, between events. torch's PipelineStage too holds a receive
+        # buffer for every microbatch
+        for msg in self.incoming:
+            self.transport.post(msg)
         for i, a in enumerate(self.actions):
-            # the next action's receive posted before this action computes (this one's first: in order)
-            post(incoming[i])
-            post(incoming[i + 1])
             if a.kind is Kind.F:
                 part = self._forward(a, i, batch, st)
                 if part is not None:
