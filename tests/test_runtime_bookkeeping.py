@@ -3,6 +3,8 @@ group): what it counts incrementally equals what a full count gives, after every
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
 from harness.planning.plan import make_plan
@@ -46,8 +48,8 @@ def test_messages_are_sent_before_the_meters_bookkeeping(config):
     runner = NativeRunner(RankContext(0, plan, cpu, Tracer(clock_for(cpu)), Layout(1, 1)))
     calls: list[str] = []
 
-    def logged(name: str, fn):
-        def call(*args, **kwargs):
+    def logged(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
             calls.append(name)
             return fn(*args, **kwargs)
         return call
