@@ -181,13 +181,13 @@ class NativeRunner:
                 y = loss * self.loss_scale if self.loss_scale != 1.0 else loss  # x 1.0: an op and a node for nothing
         self._hold(h0, a)
         self.tracer.record(str(a), COMPUTE, "F", s, mb, t0)
+        if not last:  # sent before the bookkeeping below: the next stage waits for it, not for the meter
+            self.transport.send(self.outgoing[index], y, a)
         self.meter.count_noted()  # what autograd saved during the F: counted outside its event
         self.meter.keep(key, x if s > 0 else None)
         self.meter.keep(key, y)
         self.microbatch_bytes.append(self.meter.bytes_of(key))
         st[key] = (x, y)
-        if not last:
-            self.transport.send(self.outgoing[index], y, a)
         return None if loss is None else loss.detach()
 
     def _backward(self, a: Action, index: int, st: dict, drop_grads: bool) -> None:
@@ -216,12 +216,12 @@ class NativeRunner:
             self.tracer.record(f"dp_sync {s}", COMM, "dp_sync", s, -1, launched)
         if last and s in self.explicit:  # a B ends this stage's gradients: sync before sending on
             self._finish(s)
+        if s > 0:  # sent before the bookkeeping below: the previous stage waits for it, not for the meter
+            self.transport.send(self.outgoing[index], x.grad, a)
         self.meter.release(key)
         for held in self.store.holding(key):  # what the deferred W still needs
             self.meter.keep(key, held)
         self._grads_now(s)
-        if s > 0:
-            self.transport.send(self.outgoing[index], x.grad, a)
 
     def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
@@ -264,11 +264,13 @@ class NativeRunner:
         self.meter.reset_peak()
         self.microbatch_bytes.clear()
         loss = None
-        incoming, post = self.incoming + [None], self.transport.post
+        # every receive of the step posted now, in consumer order (gloo; a no-op on NCCL): a
+        # receive posted mid-step takes gloo's pair lock beside transfers in flight, and on a
+        # busy host waited ms for it, between events. torch's PipelineStage too holds a receive
+        # buffer for every microbatch
+        for msg in self.incoming:
+            self.transport.post(msg)
         for i, a in enumerate(self.actions):
-            # the next action's receive posted before this action computes (this one's first: in order)
-            post(incoming[i])
-            post(incoming[i + 1])
             if a.kind is Kind.F:
                 part = self._forward(a, i, batch, st)
                 if part is not None:

@@ -3,9 +3,10 @@
 Every message a rank exchanges goes through `Transport.send` (never blocks), `recv` (blocks
 until the tensor is here) and `drain` (waits for every send, at the end of the step), in
 the order harness.schedules.p2p.lower writes; the validator checks that order under the
-backend's rules, so "valid" means "runs". On gloo the runner also posts each receive one action
-ahead of its consumer (`post`), still in consumer order: gloo moves a message only once its
-receive is posted, so the transfer overlaps the action before; on NCCL it does not (a
+backend's rules, so "valid" means "runs". On gloo the runner also posts every receive of the
+step at its start (`post`), in consumer order: gloo moves a message only once its receive is
+posted, so each transfer starts as soon as its send does, and no receive is posted mid-step
+(posting takes gloo's pair lock, which a transfer in flight holds); on NCCL it does not (a
 receive queued on a pair's stream ahead of a send changes the order the validator checked).
 
 - LocalHandoff: the neighbouring stage lives on this rank (V placement's turn, a rank's
@@ -104,9 +105,9 @@ class GroupTransport:
         return dist.irecv(buf, src=peer, group=group, tag=tag), buf
 
     def post(self, msg: Message) -> None:
-        """Posts `msg`'s receive now, so its transfer overlaps the compute before its consumer
-        (gloo's transfer starts once both ends have posted); `recv` then only waits. Posting
-        in the order the consumers run keeps each pair's (and each edge's) FIFO order."""
+        """Posts `msg`'s receive now, so its transfer starts once its send does (gloo's
+        transfer starts once both ends have posted); `recv` then only waits. Posting in the
+        order the consumers run keeps each pair's (and each edge's) FIFO order."""
         if self.ahead and msg not in self.posted:
             self.posted[msg] = self._irecv(msg)
 
