@@ -105,7 +105,8 @@ def test_a_schedule_made_from_costs_registered_from_outside_runs_through_everyth
     labelled simulated ideal, its note in the record), drawn by the report, searched by the
     planner beside 1f1b (each point made from its own costs; every printed command validates and
     reproduces its prediction to 1e-6, tests/test_advise.py's check), and exported from its run and
-    from its advice point (torchtitan: its actions as torch's CSV; Megatron: 1F1B, said)."""
+    from its advice point (torchtitan: its actions as torch's CSV; Megatron: refused as it is, 1F1B
+    on its stages with --nearest, said)."""
     from harness.advise.__main__ import main as advise_main
     from harness.export.__main__ import main as export_main
     from harness.export.point import load
@@ -148,10 +149,13 @@ def test_a_schedule_made_from_costs_registered_from_outside_runs_through_everyth
         assert export_main(["--to", "torchtitan", source, "--out", str(script), "--nearest"]) == 0
         assert f"schedule={costed} has no torch class" in script.read_text().replace("\n#   ", " ")
         assert from_csv((tmp_path / "titan.schedule.csv").read_text()) == load(source).actions()
-        capsys.readouterr()
-        assert export_main(["--to", "megatron", source]) == 2  # asked of the entry (needs=COSTS), not its name
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"schedule={costed}: an order made from the point's costs" in err, err
+    point = f"{out / 'advice.json'}#{made[0]['rank']}"  # a GPT (the run's mlp has no decoder for Megatron)
+    capsys.readouterr()
+    assert export_main(["--to", "megatron", point]) == 2  # asked of the entry (needs=COSTS), not its name
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"schedule={costed}: an order made from the point's costs" in err, err
+    assert export_main(["--to", "megatron", point, "--nearest", "--out", str(tmp_path / "megatron.sh")]) == 0
+    assert "below, 1F1B on the same stages" in (tmp_path / "megatron.sh").read_text().replace("\n#   ", " ")
     # the advice point's actions: its plan made again as its printed command plans it
     predicted = compose_config(_harness_args(made[0]["commands"]["predicted"]))
     assert load(f"{out / 'advice.json'}#{made[0]['rank']}").actions() == make_plan(predicted).schedule
