@@ -16,7 +16,7 @@ compute.
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from typing import Any, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 import torch.distributed as dist
@@ -53,6 +53,7 @@ class GradSync:
     def __init__(self, group: dist.ProcessGroup, device: torch.device, emulator: Emulator, tracer: Tracer):
         self.group, self.device, self.emulator, self.tracer = group, device, emulator, tracer
         self._hold: tuple[int, float] | None = None  # (start ns, modeled s) of the syncing backward
+        self._also_ns: Callable[[], int] = lambda: 0  # host ns the backward spent in TP collectives so far
         self.launched: Any = None  # clock token of the last bucket's launch in that backward
 
     def wrap(self, module: nn.Module) -> DistributedDataParallel:
@@ -60,8 +61,9 @@ class GradSync:
                                       device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
         def timed_allreduce(state, bucket):  # DDP's default all-reduce, its launch noted
-            if self._hold is not None:
-                self.emulator.hold_s(*self._hold)
+            if self._hold is not None:  # its modeled compute besides its TP collectives, as the runner holds
+                start_ns, modeled_s = self._hold
+                self.emulator.hold_s(start_ns + self._also_ns(), modeled_s)
             self.launched = self.tracer.mark()
             return default_hooks.allreduce_hook(state, bucket)
 
@@ -91,17 +93,19 @@ class GradSync:
 
     @contextmanager
     def backward(self, module: nn.Module, output: torch.Tensor, last: bool, start_ns: int,
-                 modeled_s: float) -> Iterator[None]:
+                 modeled_s: float, also_ns: Callable[[], int] = lambda: 0) -> Iterator[None]:
         """Around one backward of `module`: all-reduce if it is the stage's `last` of the
-        step, else accumulate locally (no_sync). `launched` says when the sync began."""
+        step, else accumulate locally (no_sync). `launched` says when the sync began. An
+        emulated backward is held for `modeled_s` from `start_ns` plus `also_ns()`, its TP
+        collectives' host time so far, before the first bucket's all-reduce."""
         self.launched = None
         if not last:
             with module.no_sync():
                 yield
             return
         compat.arm_ddp_backward(module, output)
-        self._hold = (start_ns, modeled_s)
+        self._hold, self._also_ns = (start_ns, modeled_s), also_ns
         try:
             yield
         finally:
-            self._hold = None
+            self._hold, self._also_ns = None, lambda: 0

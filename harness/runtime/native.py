@@ -157,10 +157,14 @@ class NativeRunner:
         return nullcontext() if self.tp_trace is None else self.tp_trace.action(str(a), a.kind.value, a.stage,
                                                                                 a.microbatch)
 
+    def _tp_comm_ns(self) -> int:
+        """Host ns the running action has spent in TP collectives so far (0 at tp=1)."""
+        return self.tp_trace.comm_ns if self.tp_trace is not None else 0
+
     def _hold(self, h0: int, a: Action) -> None:
         """compute=emulated: the action held for its modeled compute after its TP collectives
         (their host time added: they communicate for real, beside the emulated compute)."""
-        self.emulator.hold(h0 + (self.tp_trace.comm_ns if self.tp_trace is not None else 0), a)
+        self.emulator.hold(h0 + self._tp_comm_ns(), a)
 
     def _call(self, s: int, x: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
         return self.modules[s](x, key=key) if self.plan.config.checkpointing else self.modules[s](x)
@@ -205,7 +209,7 @@ class NativeRunner:
         if s in self.recompute:  # what it recomputes lives beside all held so far (this microbatch's too)
             self.meter.transient(self.recompute[s])
         last = index == self.last_grad[s]
-        syncing = (self.sync.backward(self.modules[s], output, last, h0, self.emulator.seconds(a))
+        syncing = (self.sync.backward(self.modules[s], output, last, h0, self.emulator.seconds(a), self._tp_comm_ns)
                    if self.sync and s not in self.explicit else nullcontext())
         with self.store.defer(key if a.kind is Kind.I else None), syncing, self._traced(a):
             torch.autograd.backward(output, grad_tensors=grad)
