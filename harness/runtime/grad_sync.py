@@ -52,8 +52,8 @@ def buckets(grads: list[torch.Tensor], cap: int = BUCKET_BYTES) -> list[list[tor
 class GradSync:
     def __init__(self, group: dist.ProcessGroup, device: torch.device, emulator: Emulator, tracer: Tracer):
         self.group, self.device, self.emulator, self.tracer = group, device, emulator, tracer
-        self._hold: tuple[int, float] | None = None  # (start ns, modeled s) of the syncing backward
-        self._also_ns: Callable[[], int] = lambda: 0  # host ns the backward spent in TP collectives so far
+        # (start ns, modeled s, its TP collectives' host ns so far) of the syncing backward
+        self._hold: tuple[int, float, Callable[[], int]] | None = None
         self.launched: Any = None  # clock token of the last bucket's launch in that backward
 
     def wrap(self, module: nn.Module) -> DistributedDataParallel:
@@ -62,8 +62,8 @@ class GradSync:
 
         def timed_allreduce(state, bucket):  # DDP's default all-reduce, its launch noted
             if self._hold is not None:  # its modeled compute besides its TP collectives, as the runner holds
-                start_ns, modeled_s = self._hold
-                self.emulator.hold_s(start_ns + self._also_ns(), modeled_s)
+                start_ns, modeled_s, also_ns = self._hold
+                self.emulator.hold_s(start_ns + also_ns(), modeled_s)
             self.launched = self.tracer.mark()
             return default_hooks.allreduce_hook(state, bucket)
 
@@ -104,8 +104,8 @@ class GradSync:
                 yield
             return
         compat.arm_ddp_backward(module, output)
-        self._hold, self._also_ns = (start_ns, modeled_s), also_ns
+        self._hold = (start_ns, modeled_s, also_ns)
         try:
             yield
         finally:
-            self._hold, self._also_ns = None, lambda: 0
+            self._hold = None
