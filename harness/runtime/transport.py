@@ -25,6 +25,7 @@ receive queued on a pair's stream ahead of a send changes the order the validato
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 import torch
@@ -82,6 +83,12 @@ class GroupTransport:
         # on a send that waits on it (the validator checks the order the runner posts without it)
         self.ahead = backend == "gloo"
         self.posted: dict[Message, tuple[dist.Work, torch.Tensor]] = {}
+        # gloo between processes of one host: when the receive is posted, isend writes to the
+        # loopback socket at once, and the kernel may leave delivering it to this core's
+        # softirq thread, which then waits until this rank's next action stops computing (a
+        # 1F1B hop measured 0.39 ms, 0.12 ms without the compute behind it). Yielding the core
+        # after the send lets the delivery run first: the hop measured 0.19 ms
+        self.yield_after_send = backend == "gloo" and device.type == "cpu"
 
     def _route(self, msg: Message, peer_stage: int) -> tuple[dist.ProcessGroup | None, int, int]:
         route = self.routes.get(msg)
@@ -97,6 +104,8 @@ class GroupTransport:
         group, peer, tag = self._route(msg, msg.to_stage)
         tensor = (tensor.cpu() if self.via_host else tensor).contiguous()
         self.sends.append((dist.isend(tensor, dst=peer, group=group, tag=tag), tensor))
+        if self.yield_after_send:
+            os.sched_yield()
         self.tracer.record(f"send {producer}", COMM, "send", producer.stage, producer.microbatch, t0)
 
     def _irecv(self, msg: Message) -> tuple[dist.Work, torch.Tensor]:
