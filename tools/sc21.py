@@ -209,6 +209,13 @@ def table(results: list[Reproduced]) -> str:
     return "\n".join(lines)
 
 
+def verdict(ratios: list[tuple[str, float]]) -> str:
+    """The closing line: how many rows (name, predicted / published) are within TOLERANCE."""
+    missed = [name for name, ratio in ratios if abs(ratio - 1) > TOLERANCE]
+    return (f"\n{len(ratios) - len(missed)} of {len(ratios)} rows within {TOLERANCE:.0%} of the published TFLOP/s"
+            + (f"; missed: {', '.join(missed)}" if missed else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.sc21", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -230,9 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.commands is not None:
         for x in results:
             print(f"\n{x.row.name}: {x.command}")
-    missed = [x.row.name for x in results if abs(x.ratio - 1) > TOLERANCE]
-    print(f"\n{len(results) - len(missed)} of {len(results)} rows within {TOLERANCE:.0%} of the published TFLOP/s"
-          + (f"; missed: {', '.join(missed)}" if missed else ""))
+    print(verdict([(x.row.name, x.ratio) for x in results]))
     return 0
 
 
