@@ -36,7 +36,7 @@ from harness.planning.memory_theory import stage_activations
 from harness.runtime.precision import Precision
 from harness.runtime.loop import RankContext, StepMemory, named_gradients
 from harness.runtime.memory import GradientBytes, MemoryMeter
-from harness.runtime.transport import GroupTransport, Message, Routes, edge_groups
+from harness.runtime.transport import GroupTransport, Message, Routes, message_groups
 from harness.schedules.ir import Action, Kind
 from harness.measure.trace import COMM, COMPUTE
 
@@ -80,7 +80,7 @@ class NativeRunner:
         # process groups: every rank creates every group, in one order (new_group is collective)
         dp_group = ctx.dp_group
         ping_on = device if plan.backend == "nccl" else torch.device("cpu")
-        groups = edge_groups(plan.schedule, c.pp, c.dp, ctx.rank, ping_on, c.tp) if plan.p2p == "safe" else {}
+        groups = message_groups(plan.p2p, plan.backend, plan.schedule, c.pp, c.dp, ctx.rank, ping_on, c.tp)
         net = GroupTransport(plan.p2p, self.replica, c.pp, plan.stage_rank, groups,
                              activation_shape(self.model, c.microbatch_size, c.tp, c.sequence_parallel),
                              self.precision.dtype, device, self.tracer, c.p2p_single_tag, plan.backend, c.tp,
