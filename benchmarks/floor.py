@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from multiprocessing.queues import Queue
 
 import torch
 import torch.distributed as dist
@@ -29,7 +30,7 @@ from harness.runtime.emulate import Emulator
 from harness.runtime.optimizer import Optimizer
 from harness.runtime.precision import Precision
 from harness.schedules import p2p
-from harness.schedules.ir import Kind
+from harness.schedules.ir import Action, Kind
 
 
 def step_times_s(c: Config) -> list[float]:
@@ -51,7 +52,7 @@ def step_times_s(c: Config) -> list[float]:
             for s in range(c.warmup_steps, c.warmup_steps + c.steps)]
 
 
-def _rank(c: Config, rank: int, port: int, spans) -> None:
+def _rank(c: Config, rank: int, port: int, spans: Queue) -> None:
     torch.set_num_threads(1)
     plan, cpu = make_plan(c), torch.device("cpu")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=c.pp)
@@ -64,7 +65,7 @@ def _rank(c: Config, rank: int, port: int, spans) -> None:
     emulator = Emulator(plan.emulated_cost, cpu)
     shape = tuple(model.activation_shape(c.microbatch_size))
 
-    def edge(a, into: bool) -> tuple[int, int] | None:
+    def edge(a: Action, into: bool) -> tuple[int, int] | None:
         """(from_stage, to_stage) of the message `a` takes in (into) or sends on, or None."""
         if a.kind not in (Kind.F, Kind.B):
             raise ValueError(f"the floor runs F and B only, not {a.kind.value}")

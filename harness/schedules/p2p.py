@@ -15,8 +15,9 @@ the same lists and exchanges messages only inside itself.
 Transports. "eager" sends everything over the world group (on gloo the runtime puts messages
 to a lower rank on a second world-wide group, which changes no matching: gloo's FIFO is per
 source and destination); NCCL, as PyTorch drives it, gives each pair of ranks one
-communicator and one stream, so the channel is the rank pair, both directions together. "safe" makes one process group per directed stage edge (replica,
-from_stage, to_stage). All-reduces run on ("dp", pipeline rank) under both.
+communicator and one stream, so the channel is the rank pair, both directions together.
+"safe" makes one process group per directed stage edge (replica, from_stage, to_stage).
+All-reduces run on ("dp", pipeline rank) under both.
 
 gloo: a send never blocks. A receive from rank A on channel C matches, in posting order, the
 sends from A on C with the same tag (FIFO per channel, source, destination, tag; with one
