@@ -29,6 +29,7 @@ from harness.planning.plan import make_plan
 from harness.runtime.emulate import Emulator
 from harness.runtime.optimizer import Optimizer
 from harness.runtime.precision import Precision
+from harness.runtime.transport import DOWNWARD, message_groups
 from harness.schedules import p2p
 from harness.schedules.ir import Action, Kind
 
@@ -56,8 +57,9 @@ def _rank(c: Config, rank: int, port: int, spans: Queue) -> None:
     torch.set_num_threads(1)
     plan, cpu = make_plan(c), torch.device("cpu")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=c.pp)
-    down = dist.new_group(list(range(c.pp)))  # as the native runner's eager transport on gloo
     owner, last, model = plan.stage_rank, len(plan.stage_layers) - 1, plan.model.model
+    # the native runner's groups for eager on gloo: the world's, and the downward one
+    down = message_groups("eager", "gloo", plan.schedule, c.pp, 1, rank, cpu).get(DOWNWARD)
     stages = {s: plan.model.build_stage(*plan.stage_layers[s], c.seed, torch.float32, cpu)
               for s, r in owner.items() if r == rank}
     optimizer = Optimizer([p for m in stages.values() for p in m.parameters()], c.lr, c.optimizer,
