@@ -1,5 +1,5 @@
 """The shape of the code: no import cycle among harness modules (lazy imports counted), config
-at the bottom, the model built once per job in the main process."""
+at the bottom, the model built once per job in the main process, no function over 80 lines."""
 
 from __future__ import annotations
 
@@ -126,3 +126,13 @@ def test_the_top_of_the_package_shows_the_layers():
     assert top == ["__init__", "__main__", "config", "job", "profile"]
     packages = {d.name for d in PACKAGE.iterdir() if (d / "__init__.py").is_file()}
     assert {"frontend", "planning", "records", "measure", "runtime", "schedules", "simulate"} <= packages
+
+
+def test_no_function_runs_over_80_lines():
+    """A function a reader cannot hold at once is split where a name explains a part (the
+    longest today: about 70 lines)."""
+    long = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})"
+            for path in PACKAGE.rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80]
+    assert not long, long

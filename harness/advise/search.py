@@ -218,10 +218,9 @@ def _reason(message: str) -> str:
     return re.sub(r"\b\d+\b", "N", message.split(" (")[0])
 
 
-def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str], list[Point]]:
-    """Every point of the space the harness can run (its own validation), how many were left
-    out for each reason (with one example each), and those left out because their weights
-    alone cannot fit (`weight_bound`, with space.prune), smallest bound first."""
+def _degrees(p: Problem, space: Space) -> tuple[tuple[str, ...], list[tuple[int, int, int]]]:
+    """The space's schedules and its (pp, tp, dp) triples, each flag checked against the cluster
+    and the global batch: a bad flag is one AdviseError naming it, before any point is made."""
     cl = p.cluster
     gpus = space.gpus or cl.gpus
     if gpus < 1:
@@ -251,6 +250,15 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
     if not any(gb % dp == 0 for _, _, dp in triples):
         raise AdviseError(f"--global-batch {gb}: no data-parallel degree here divides it (dp in "
                           f"{sorted({dp for _, _, dp in triples})}; allowed: a multiple of one of them)")
+    return tuple(schedules), triples
+
+
+def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, int], dict[str, str], list[Point]]:
+    """Every point of the space the harness can run (its own validation), how many were left
+    out for each reason (with one example each), and those left out because their weights
+    alone cannot fit (`weight_bound`, with space.prune), smallest bound first."""
+    schedules, triples = _degrees(p, space)
+    cl, gb = p.cluster, p.global_batch
     dropped: dict[str, int] = {}
     example: dict[str, str] = {}
 
@@ -260,7 +268,6 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
 
     points: list[Point] = []
     heavy: list[tuple[int, Point]] = []
-    usable = cl.usable_bytes
     signatures = {(pl, pp, tp, dp): _placement_signature(cl, pl, pp, dp, tp)
                   for pp, tp, dp in triples for pl in space.placements}
     for pp, tp, dp in triples:
@@ -291,28 +298,34 @@ def enumerate_points(p: Problem, space: Space) -> tuple[list[Point], dict[str, i
                             continue
                         seen.add((sig, ck, z, sp))
                         pt = Point(name, pp, m, v, dp, b, ck, z, pl, 1.0 if entry.limit_key else None, tp, sp)
-                        if p.config.profile and p.profile_at(tp, sp) is None:
-                            drop(NO_TP_PROFILE, f"{pt.label()}: no --tp-profiles file at tp={tp}"
-                                                f"{' with sequence_parallel' if sp else ''}")
-                            continue
-                        try:
-                            c = p.config_of(pt)
-                            validate(c, 0, p.model)
-                            if entry.needs == COSTS:  # its stages, which the plan checks once it is made
-                                check_stages(c, pp * entry.chunks(v), p.num_layers)
-                        except ConfigError as e:
-                            drop(_reason(str(e)), f"{pt.label()}: {e}")
-                            continue
-                        if space.prune and (bound := weight_bound(p, c)) > usable:
-                            heavy.append((bound, pt))
-                            drop(WEIGHTS_DO_NOT_FIT, f"{pt.label()}: at least {bound / GIB:.1f} GiB, "
-                                                     f"{usable / GIB:.1f} GiB usable")
-                            continue
-                        if entry.limit_key:
-                            points += _limited(p, space, pt, drop)
-                        else:
-                            points.append(pt)
+                        points += _admit(p, space, pt, drop, heavy)
     return points, dropped, example, [pt for _, pt in sorted(heavy)]
+
+
+def _admit(p: Problem, space: Space, pt: Point, drop: Callable[[str, str], None],
+           heavy: list[tuple[int, Point]]) -> list[Point]:
+    """The runnable points `pt` stands for: none when the harness's validation refuses it (a
+    reason dropped) or its weights alone exceed the usable memory (with space.prune: added to
+    `heavy` with that bound); a memory-limited schedule's, one per limit (`_limited`)."""
+    entry = SCHEDULES[pt.schedule]
+    if p.config.profile and p.profile_at(pt.tp, pt.sequence_parallel) is None:
+        drop(NO_TP_PROFILE, f"{pt.label()}: no --tp-profiles file at tp={pt.tp}"
+                            f"{' with sequence_parallel' if pt.sequence_parallel else ''}")
+        return []
+    try:
+        c = p.config_of(pt)
+        validate(c, 0, p.model)
+        if entry.needs == COSTS:  # its stages, which the plan checks once it is made
+            check_stages(c, pt.pp * entry.chunks(pt.virtual_stages), p.num_layers)
+    except ConfigError as e:
+        drop(_reason(str(e)), f"{pt.label()}: {e}")
+        return []
+    usable = p.cluster.usable_bytes
+    if space.prune and (bound := weight_bound(p, c)) > usable:
+        heavy.append((bound, pt))
+        drop(WEIGHTS_DO_NOT_FIT, f"{pt.label()}: at least {bound / GIB:.1f} GiB, {usable / GIB:.1f} GiB usable")
+        return []
+    return _limited(p, space, pt, drop) if entry.limit_key else [pt]
 
 
 NO_TP_PROFILE = ("tp > 1: the profile times a tp=1 rank; no --tp-profiles profile of this TP degree's rank "

@@ -387,9 +387,6 @@ class Sweeper(HydraSweeper):
         except OSError as e:  # a full disk: the first job will say so, and the sweep stops there
             print(f"harness: warning: {sweep_dir}: {e.strerror}", file=sys.stderr, flush=True)
         self._note(resume=resumed)
-        returns = []
-        from harness.runtime.launch import RankPool, sharing
-
         here = runs_jobs_here(self.launcher)
         locked: list[list[str]] = []
         if not here:  # jobs elsewhere take their own lock; one another harness holds now is left to it
@@ -402,48 +399,66 @@ class Sweeper(HydraSweeper):
         # the interpreter's heap so far (torch, Hydra, the plans) is not garbage while the jobs run:
         # the collector's full passes (~0.15 s over it) then skip it; unfrozen when the sweep ends
         gc.freeze()
-        # jobs in this process share their rank processes (ended before the summary)
-        pool = RankPool() if here else None
-        order = segments(points, left_out, 1 if here else self.max_batch_size)
         try:
-            with sharing(pool), _one_launch_line(sum(len(seg) for _, seg in order) if here else None):
-                for n, (start, segment) in enumerate(order):
-                    lock = None
-                    signals.check()  # a signal during the last job, even one whose raise was lost, stops here
-                    try:
-                        if here:  # the job's directory is this sweep's from before Hydra writes there to the job's end
-                            lock, why = _job_lock(self.job_dirs.get(start))
-                            if why is not None:
-                                locked.append([self.job_dirs[start].name, why])
-                                print(f"harness: [{shown(points[start], varying)}] not run: {why}", file=sys.stderr,
-                                      flush=True)
-                                continue
-                        results = self.launcher.launch(segment, initial_job_idx=start)
-                    except OSError as e:
-                        if not disk_full(e):
-                            raise
-                        self._stopped(start, points, e, sum(len(seg) for _, seg in order[n + 1:]))
-                        break
-                    finally:
-                        if lock is not None:
-                            lock.release()
-                    full = None
-                    for k, r in enumerate(results):
-                        value = r.return_value  # a job's exception (run.debug=true) ends the sweep, as Hydra's sweeper does
-                        if isinstance(value, dict) and value.get("status") == "locked":
-                            locked.append([self._job_name(start + k), str(value.get("error"))])
-                        if isinstance(value, dict) and value.get("disk_full") and full is None:
-                            full = (start + k, str(value.get("error")))
-                    returns.append(results)
-                    if full is not None:
-                        left = sum(len(seg) for _, seg in order[n + 1:])
-                        self._note(disk_full={"job": self._job_name(full[0]), "error": full[1], "not_run": left})
-                        print(f"harness: error: {self._job_name(full[0])}: {full[1]}; the sweep stops here, {left} "
-                              "point(s) not run", file=sys.stderr, flush=True)
-                        break
+            return self._launch(points, segments(points, left_out, 1 if here else self.max_batch_size), varying,
+                                here, locked)
         finally:
             self._note(locked=locked)
+
+    def _launch(self, points: list[Sequence[str]], order: list[tuple[int, list]], varying: set[int], here: bool,
+                locked: list[list[str]]) -> list:
+        """Launches `order`'s segments one after another; the launcher's results, a list per
+        segment. A job this process runs (`here`) holds its directory's lock for its whole run;
+        a locked directory's job is skipped and listed in `locked`. A full disk, met by the
+        launch or reported by a job, stops the sweep there and says how many points were not run."""
+        from harness.runtime.launch import RankPool, sharing
+
+        returns = []
+        left = sum(len(seg) for _, seg in order)  # after the segment at hand
+        # jobs in this process share their rank processes (ended before the summary)
+        with sharing(RankPool() if here else None), _one_launch_line(left if here else None):
+            for start, segment in order:
+                left -= len(segment)
+                lock = None
+                signals.check()  # a signal during the last job, even one whose raise was lost, stops here
+                try:
+                    if here:  # the job's directory is this sweep's from before Hydra writes there to the job's end
+                        lock, why = _job_lock(self.job_dirs.get(start))
+                        if why is not None:
+                            locked.append([self.job_dirs[start].name, why])
+                            print(f"harness: [{shown(points[start], varying)}] not run: {why}", file=sys.stderr,
+                                  flush=True)
+                            continue
+                    results = self.launcher.launch(segment, initial_job_idx=start)
+                except OSError as e:
+                    if not disk_full(e):
+                        raise
+                    self._stopped(start, points, e, left)
+                    break
+                finally:
+                    if lock is not None:
+                        lock.release()
+                returns.append(results)
+                if self._disk_full(results, start, locked, left):
+                    break
         return returns
+
+    def _disk_full(self, results: list, start: int, locked: list[list[str]], left: int) -> bool:
+        """Reads a segment's job results: a job that found its directory locked joins `locked`;
+        the first that ran out of disk is noted and said, and True stops the sweep."""
+        full = None
+        for k, r in enumerate(results):
+            value = r.return_value  # a job's exception (run.debug=true) ends the sweep, as Hydra's sweeper does
+            if isinstance(value, dict) and value.get("status") == "locked":
+                locked.append([self._job_name(start + k), str(value.get("error"))])
+            if isinstance(value, dict) and value.get("disk_full") and full is None:
+                full = (start + k, str(value.get("error")))
+        if full is None:
+            return False
+        self._note(disk_full={"job": self._job_name(full[0]), "error": full[1], "not_run": left})
+        print(f"harness: error: {self._job_name(full[0])}: {full[1]}; the sweep stops here, {left} "
+              "point(s) not run", file=sys.stderr, flush=True)
+        return True
 
     def _job_name(self, i: int) -> str:
         return self.job_dirs[i].name if i in self.job_dirs else str(i)

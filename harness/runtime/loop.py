@@ -137,11 +137,7 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
     optimizer = Optimizer(shards, c.lr, c.optimizer, Precision(c.dtype), dp_group if c.zero else None)
     fault = parse_fault(c.run.fault)
     report = RankReport(rank, [], [])
-    memory: list[tuple[int, int, int]] = []
-    peaks: list[int] = []
-    mb_bytes: list[int] = []
-    metered = True
-    held = {"params": storage_bytes(params), "grads": 0, "optimizer": 0, "activations": None, "peak": None}
+    book = MemoryBook(storage_bytes(params))
     total = c.warmup_steps + c.steps
     # this clock against rank 0's: collective, unless every rank reads this host's one clock
     report.clock = (same_clock(tracer.clock) if one_host and not c.run.clock_skew_s else
@@ -163,44 +159,75 @@ def run_rank(rank: int, plan: Plan, rendezvous: str | dist.Store, runner_path: s
                 report.grads = {k: v.float().numpy() for k, v in runner.gradients().items()}
             grads = storage_bytes(p.grad for p in params)
             state = optimizer.state_bytes()  # what the step held from the step before
-            t0 = tracer.mark()
-            if c.tp > 1:
-                local_grads(params, shards)
-            optimizer.step()
-            optimizer.zero_grad()
-            if c.tp > 1:
-                for p in params:
-                    p.grad = None
-            tracer.record("optim", COMPUTE, "optim", -1, -1, t0)
+            _optimizer_step(optimizer, params, shards, tracer, sharded=c.tp > 1)
             tracer.finish_step()
             report.events += tracer.take()
-            mem = runner.step_memory()
-            metered = metered and mem is not None
-            if mem is not None:
-                memory += [(step, tracer.clock.local(t), b) for t, b in mem.samples]  # the meter reads the host's
-            if step >= c.warmup_steps:
-                held["grads"] = max(held["grads"], grads)
-                held["optimizer"] = max(held["optimizer"], optimizer.state_bytes())
-                if mem is not None:
-                    peaks.append(mem.peak)
-                    mb_bytes += mem.microbatch_bytes
-                    held["activations"] = max(held["activations"] or 0, mem.peak)
-                    held["peak"] = max(held["peak"] or 0, held["params"] + state + mem.peak_with_grads)
+            book.add(step, runner.step_memory(), tracer.clock, grads, state, optimizer.state_bytes(),
+                     measured=step >= c.warmup_steps)
     finally:
         gc.enable()
         mark.close()
     if report.losses[0] is None:
         report.losses = None
-    if metered:
-        report.memory, report.peak_activation_bytes = memory, max(peaks)
-        report.activation_bytes_per_microbatch = sum(mb_bytes) / len(mb_bytes) if mb_bytes else 0.0
-    report.memory_breakdown = held
+    book.fill(report)
     if device.type == "cuda":
         report.cuda_max_memory_allocated = torch.cuda.max_memory_allocated(device)
         report.cuda_memory = {"allocated": torch.cuda.memory_allocated(device),
                               "reserved": torch.cuda.memory_reserved(device),
                               "max_allocated": torch.cuda.max_memory_allocated(device)}
     return report
+
+
+def _optimizer_step(optimizer: Optimizer, params: list, shards: list, tracer: Tracer, sharded: bool) -> None:
+    """The step's optimizer, traced as one `optim` event. `sharded` (tp > 1): the parameters are
+    DTensors, and the optimizer steps their local shards, which share their storage."""
+    t0 = tracer.mark()
+    if sharded:
+        local_grads(params, shards)
+    optimizer.step()
+    optimizer.zero_grad()
+    if sharded:
+        for p in params:
+            p.grad = None
+    tracer.record("optim", COMPUTE, "optim", -1, -1, t0)
+
+
+class MemoryBook:
+    """A rank's memory over its steps: the meter's samples (every step), and over the measured
+    steps the largest gradients, optimizer state, activations and their sum with the weights.
+    A step whose runner could not meter it (None) leaves the activation figures None."""
+
+    def __init__(self, param_bytes: int):
+        self.samples: list[tuple[int, int, int]] = []  # (step, rank-0 ns, live bytes)
+        self.peaks: list[int] = []
+        self.microbatch_bytes: list[int] = []
+        self.metered = True
+        self.held = {"params": param_bytes, "grads": 0, "optimizer": 0, "activations": None, "peak": None}
+
+    def add(self, step: int, mem: StepMemory | None, clock: Any, grads: int, state_before: int, state_after: int,
+            measured: bool) -> None:
+        """`state_before`: the optimizer state the step held from the step before (its peak's);
+        `state_after`: what the optimizer holds after its step."""
+        self.metered = self.metered and mem is not None
+        if mem is not None:  # the meter reads the host's clock
+            self.samples += [(step, clock.local(t), b) for t, b in mem.samples]
+        if not measured:
+            return
+        held = self.held
+        held["grads"] = max(held["grads"], grads)
+        held["optimizer"] = max(held["optimizer"], state_after)
+        if mem is not None:
+            self.peaks.append(mem.peak)
+            self.microbatch_bytes += mem.microbatch_bytes
+            held["activations"] = max(held["activations"] or 0, mem.peak)
+            held["peak"] = max(held["peak"] or 0, held["params"] + state_before + mem.peak_with_grads)
+
+    def fill(self, report: RankReport) -> None:
+        if self.metered:
+            report.memory, report.peak_activation_bytes = self.samples, max(self.peaks)
+            mb = self.microbatch_bytes
+            report.activation_bytes_per_microbatch = sum(mb) / len(mb) if mb else 0.0
+        report.memory_breakdown = self.held
 
 
 def one_line(e: BaseException) -> str:
