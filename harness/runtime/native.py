@@ -176,6 +176,7 @@ class NativeRunner:
         last = s == self.last_stage
         x = batch[mb][0] if s == 0 else self.transport.recv(self.incoming[index], a).requires_grad_(True)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        self.emulator.lead(h0, a)
         loss = None
         with (self.meter.saving(key), self.store.defer(key if key in self.deferred else None),
               GradSync.forward_context(self.modules[s]), self._traced(a)):
@@ -201,6 +202,7 @@ class NativeRunner:
         s, mb, key = a.stage, a.microbatch, (a.stage, a.microbatch)
         grad = None if s == self.last_stage else self.transport.recv(self.incoming[index], a)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        self.emulator.lead(h0, a)
         if drop_grads:  # test-only fault: forget the microbatches accumulated so far
             for p in self.parameters():
                 p.grad = None
@@ -229,6 +231,7 @@ class NativeRunner:
 
     def _weight(self, a: Action, index: int) -> None:
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        self.emulator.lead(h0, a)
         with self._traced(a):
             self.store.run((a.stage, a.microbatch))
         self._hold(h0, a)

@@ -106,6 +106,7 @@ class Timeline:
     def run(self, kind: Kind, stage: int, mb: int, fn: Callable, *args, **kwargs) -> Any:
         a = Action(stage, kind, mb)
         h0, t0 = time.perf_counter_ns(), self.tracer.mark()
+        self.emulator.lead(h0, a)
         self.current = (stage, mb)
         try:
             with self._traced(a):
