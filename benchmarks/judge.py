@@ -81,7 +81,7 @@ class Stated:
 
 # README.md's table "Figures make bench holds to their range" lists these, each with its text
 STATED = (
-    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.06, 0.6, "0.06 s a job in a pp=4 sweep"),
+    Stated("test_sweep_marginal_job_wall_time", "marginal_job_s", 0.07, 0.6, "0.07 s a job in a pp=4 sweep"),
     Stated("test_generate_p32_m256", "seconds", 1.5, 0.6, "At pp=32, M=256 generation takes ~1.5 s"),
     Stated("test_a_simulated_job_per_action", "wall_us_per_action", 7.0, 0.6, "7.0 us per action"),
 )
