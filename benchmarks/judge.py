@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         print(f"make bench: {len(failures)} failed:", *(f"  {f}" for f in failures), sep="\n")
         return 1
-    print("make bench: every goal met (or open, or missed beside the platform's own figure) and nothing slower than the same machine's baseline")
+    print("make bench: every goal met (or open, or missed beside the platform's own figure) and nothing slower "
+          "than the same machine's baseline")
     return 0
 
 
