@@ -29,7 +29,7 @@ from harness.planning.plan import make_plan
 from harness.runtime.emulate import Emulator
 from harness.runtime.optimizer import Optimizer
 from harness.runtime.precision import Precision
-from harness.runtime.transport import DOWNWARD, message_groups
+from harness.runtime.transport import DOWNWARD, downward, message_groups
 from harness.schedules import p2p
 from harness.schedules.ir import Action, Kind
 
@@ -67,19 +67,15 @@ def _rank(c: Config, rank: int, port: int, spans: Queue) -> None:
     emulator = Emulator(plan.emulated_cost, cpu)
     shape = tuple(model.activation_shape(c.microbatch_size))
 
-    def edge(a: Action, into: bool) -> tuple[int, int] | None:
-        """(from_stage, to_stage) of the message `a` takes in (into) or sends on, or None."""
+    def message(a: Action, into: bool) -> p2p.Message | None:
+        """The message `a` takes in (into) or sends on, or None (the native runner's)."""
         if a.kind not in (Kind.F, Kind.B):
             raise ValueError(f"the floor runs F and B only, not {a.kind.value}")
-        step = 1 if a.kind is Kind.F else -1
-        peer = a.stage - step if into else a.stage + step
-        if not 0 <= peer <= last:
-            return None
-        return (peer, a.stage) if into else (a.stage, peer)
+        return p2p.action_message(a, into, last + 1)
 
-    def route(frm: int, to: int, mb: int) -> dict:
-        return {"group": down if owner[to] < owner[frm] else None,
-                "tag": p2p.tag(frm, to, mb, last + 1)}
+    def route(msg: p2p.Message) -> dict:
+        return {"group": down if downward(owner, msg) else None,
+                "tag": p2p.tag(msg.from_stage, msg.to_stage, msg.microbatch, last + 1)}
 
     out: list[tuple[int, int]] = []
     for step in range(c.warmup_steps + c.steps):
@@ -87,21 +83,21 @@ def _rank(c: Config, rank: int, port: int, spans: Queue) -> None:
         xs, ys = x.split(c.microbatch_size), y.split(c.microbatch_size)
         posted, local, held, sends = {}, {}, {}, []
         for a in plan.schedule[rank]:
-            e = edge(a, into=True)
-            if e is not None and owner[e[0]] != rank:
+            m = message(a, into=True)
+            if m is not None and owner[m.from_stage] != rank:
                 buf = torch.empty(shape)
-                posted[(a.stage, a.kind, a.microbatch)] = dist.irecv(buf, owner[e[0]], **route(*e, a.microbatch)), buf
+                posted[m] = dist.irecv(buf, owner[m.from_stage], **route(m)), buf
         dist.barrier()
         t0 = time.perf_counter_ns()
         for a in plan.schedule[rank]:
-            key, e = (a.stage, a.kind, a.microbatch), edge(a, into=True)
-            if e is None:
+            m = message(a, into=True)
+            if m is None:
                 got = xs[a.microbatch] if a.kind is Kind.F else None
-            elif key in posted:
-                work, got = posted.pop(key)
+            elif m in posted:
+                work, got = posted.pop(m)
                 work.wait()
             else:
-                got = local.pop(key)
+                got = local.pop(m)
             h0 = time.perf_counter_ns()
             emulator.lead(h0, a)
             if a.kind is Kind.F:
@@ -115,14 +111,13 @@ def _rank(c: Config, rank: int, port: int, spans: Queue) -> None:
                 torch.autograd.backward(y_out, grad_tensors=got)
                 sent = x_in.grad
             emulator.hold(h0, a)
-            e = edge(a, into=False)
-            if e is None:
+            m = message(a, into=False)
+            if m is None:
                 continue
-            nxt = (e[1], Kind.F if a.kind is Kind.F else Kind.B, a.microbatch)
-            if owner[e[1]] == rank:
-                local[nxt] = sent.detach()
+            if owner[m.to_stage] == rank:
+                local[m] = sent.detach()
                 continue
-            sends.append(dist.isend(sent.detach(), owner[e[1]], **route(*e, a.microbatch)))
+            sends.append(dist.isend(sent.detach(), owner[m.to_stage], **route(m)))
             os.sched_yield()
         for work in sends:
             work.wait()

@@ -36,7 +36,8 @@ from harness.planning.memory_theory import stage_activations
 from harness.runtime.precision import Precision
 from harness.runtime.loop import RankContext, StepMemory, named_gradients
 from harness.runtime.memory import GradientBytes, MemoryMeter
-from harness.runtime.transport import GroupTransport, Message, Routes, message_groups
+from harness.runtime.transport import GroupTransport, Routes, message_groups
+from harness.schedules.p2p import action_message
 from harness.schedules.ir import Action, Kind
 from harness.measure.trace import COMM, COMPUTE
 
@@ -102,8 +103,9 @@ class NativeRunner:
         # the index of each stage's last gradient-making action (B, I or W) in the action list: where it syncs
         self.last_grad = {a.stage: i for i, a in enumerate(self.actions) if a.kind in (Kind.B, Kind.I, Kind.W)}
         # each action's incoming and outgoing message (None: none), made once, the same every step
-        self.incoming = [self._message(a, into=True) for a in self.actions]
-        self.outgoing = [self._message(a, into=False) for a in self.actions]
+        stages = self.last_stage + 1
+        self.incoming = [action_message(a, True, stages) for a in self.actions]
+        self.outgoing = [action_message(a, False, stages) for a in self.actions]
         self.microbatch_bytes: list[int] = []
         # checkpointing: [stage] its largest segment's recompute, which runs inside torch.utils.checkpoint
         # where the meter cannot see; accounted from the model's graph (harness/planning/memory_theory.py)
@@ -112,17 +114,6 @@ class NativeRunner:
         if c.checkpointing:  # tp > 1: the stage as split on TP rank 0 (a fake group's, no communication)
             acts = stage_activations(plan.memory().at(c.tp, c.sequence_parallel), c, plan.stage_layers)
             self.recompute = {s: acts[s].recompute for s in self.layers}
-
-    def _message(self, a: Action, into: bool) -> Message | None:
-        """The activation an F receives (into) or sends on, the gradient a B or I receives or sends."""
-        if a.kind is Kind.W:
-            return None
-        s, forward = a.stage, a.kind is Kind.F
-        peer = s + (-1 if forward else 1) * (1 if into else -1)  # F: from s - 1, to s + 1; B, I: the reverse
-        if not 0 <= peer <= self.last_stage:
-            return None
-        kind = "act" if forward else "grad"
-        return Message(peer, s, kind, a.microbatch) if into else Message(s, peer, kind, a.microbatch)
 
     def parameters(self) -> list[torch.Tensor]:
         return [p for ps in self.params.values() for p in ps]

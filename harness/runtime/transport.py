@@ -99,7 +99,7 @@ class GroupTransport:
         route = self.routes.get(msg)
         if route is None:
             key = p2p.channel(self.transport, self.replica, msg.from_stage, msg.to_stage, self.owner, self.pp)
-            if DOWNWARD in self.groups and self.owner[msg.to_stage] < self.owner[msg.from_stage]:
+            if DOWNWARD in self.groups and downward(self.owner, msg):
                 key = DOWNWARD
             route = self.routes[msg] = (
                 self.groups.get(key), (self.replica * self.pp + self.owner[peer_stage]) * self.tp + self.tp_rank,
@@ -170,6 +170,11 @@ class Routes:
 
 
 DOWNWARD = "downward"  # eager on gloo: the group of every message to a lower rank
+
+
+def downward(owner: dict[int, int], msg: Message) -> bool:
+    """Whether `msg` goes to a lower rank: eager on gloo sends it on the DOWNWARD group."""
+    return owner[msg.to_stage] < owner[msg.from_stage]
 
 
 def message_groups(transport: str, backend: str, schedule: dict, pp: int, dp: int, rank: int,

@@ -56,7 +56,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from harness.schedules.ir import Kind, Schedule, format_grid, stage_to_rank
+from harness.schedules.ir import Action, Kind, Schedule, format_grid, stage_to_rank
 from harness.schedules.validate import validate
 
 TRANSPORTS = ("eager", "safe")
@@ -76,6 +76,19 @@ class Message(NamedTuple):
     to_stage: int
     kind: str
     microbatch: int
+
+
+def action_message(a: Action, into: bool, stages: int) -> Message | None:
+    """The activation an F receives (into) or sends on, the gradient a B or I receives or
+    sends; None for a W and at the pipeline's ends."""
+    if a.kind is Kind.W:
+        return None
+    s, forward = a.stage, a.kind is Kind.F
+    peer = s + (-1 if forward else 1) * (1 if into else -1)  # F: from s - 1, to s + 1; B, I: the reverse
+    if not 0 <= peer < stages:
+        return None
+    kind = "act" if forward else "grad"
+    return Message(peer, s, kind, a.microbatch) if into else Message(s, peer, kind, a.microbatch)
 
 
 @dataclass(frozen=True)
